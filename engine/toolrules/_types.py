@@ -1,0 +1,248 @@
+"""The Unified Tool Protocol: the one internal representation between every wire format.
+
+Values are frozen dataclasses. Nothing here knows a provider or a model; adapters in
+rules/ translate to and from these shapes.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import MISSING, dataclass, field, fields
+from enum import StrEnum
+from typing import Any
+
+__all__ = [
+    "Capability",
+    "Message",
+    "ModelSpec",
+    "ParsedResponse",
+    "StreamChunk",
+    "StreamChunkType",
+    "Tool",
+    "ToolCall",
+    "ToolResult",
+    "coerce_tool",
+    "coerce_tools",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class Tool:
+    """A tool the model may call: a name, a description and a JSON Schema for arguments."""
+
+    name: str
+    description: str = ""
+    parameters: dict[str, Any] = field(default_factory=lambda: {"type": "object", "properties": {}})
+
+    def to_openai(self) -> dict[str, Any]:
+        """The OpenAI `tools` entry for this tool (the lingua franca of tool lists)."""
+        return {
+            "type": "function",
+            "function": {
+                "name": self.name,
+                "description": self.description,
+                "parameters": self.parameters,
+            },
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class ToolCall:
+    """A call the model asked for. `arguments` is always a JSON object (a dict)."""
+
+    id: str | None
+    name: str
+    arguments: dict[str, Any] = field(default_factory=dict)
+
+    def arguments_json(self) -> str:
+        """The arguments as compact JSON text, unicode unescaped."""
+        return json.dumps(self.arguments, ensure_ascii=False)
+
+
+@dataclass(frozen=True, slots=True)
+class ToolResult:
+    """The outcome of executing a call: `output` on success, `error` text on failure."""
+
+    call_id: str | None
+    name: str
+    output: Any = None
+    error: str | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None
+
+
+@dataclass(frozen=True, slots=True)
+class Message:
+    """One conversation turn. `tool_calls` on assistant turns, `tool_call_id` on tool results."""
+
+    role: str
+    content: Any = None
+    tool_calls: tuple[ToolCall, ...] = ()
+    tool_call_id: str | None = None
+    name: str | None = None
+    reasoning_content: str | None = None
+    is_error: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class ParsedResponse:
+    """What a model said: text, reasoning, calls; plus what the parser had to repair.
+
+    `repairs` names each repair applied to malformed output (e.g. ``trailing-commas``);
+    `warnings` names things a caller may want to know that were not repairs (an unknown
+    tool name, an incomplete call dropped because the output was cut off).
+    """
+
+    content: str | None = None
+    reasoning_content: str | None = None
+    tool_calls: tuple[ToolCall, ...] = ()
+    finish_reason: str | None = None
+    repairs: tuple[str, ...] = ()
+    raw: Any = None
+    warnings: tuple[str, ...] = ()
+
+
+class StreamChunkType(StrEnum):
+    """Kinds of typed stream chunks (see the streaming contract in the README)."""
+
+    TEXT = "text"
+    REASONING = "reasoning"
+    TOOL_START = "tool_start"
+    TOOL_ARGS = "tool_args"
+    TOOL_END = "tool_end"
+    TOOL_PROGRESS = "tool_progress"
+
+
+@dataclass(frozen=True, slots=True)
+class StreamChunk:
+    """A typed streaming event.
+
+    `text`/`reasoning` carry `content`; `tool_start`/`tool_args`/`tool_end` describe a
+    committed (complete) call at position `index`; `tool_progress` shows a call still
+    being generated (not part of the committed result).
+    """
+
+    type: StreamChunkType
+    content: str | None = None
+    index: int | None = None
+    tool_call_id: str | None = None
+    tool_name: str | None = None
+    args_delta: str | None = None
+    arguments: dict[str, Any] | None = None
+
+    @property
+    def is_complete(self) -> bool:
+        return self.type is StreamChunkType.TOOL_END
+
+
+@dataclass(frozen=True, slots=True)
+class ModelSpec:
+    """A model id taken apart: family, version tuple, variant, sizes and where it runs.
+
+    `size` and `active_size` are parameter counts (``70_000_000_000`` for 70B; a MoE
+    ``8x7b`` is 56B, ``30B-A3B`` has active size 3B). `custom` marks fine-tunes and ids
+    under an unknown organisation: they inherit their base family's capabilities.
+    `known` is False when no family rule matched.
+    """
+
+    family: str
+    version: tuple[int, ...] = ()
+    variant: str | None = None
+    size: int | None = None
+    provider: str | None = None
+    org: str | None = None
+    custom: bool = False
+    date: str | None = None
+    active_size: int | None = None
+    known: bool = True
+    model_id: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class Capability:
+    """What a model can do with tools. Every field documents its default.
+
+    Defaults are the conservative answer for an unknown model: no native tools, JSON
+    emulation. Family rules set what differs.
+    """
+
+    native_tools: bool = False
+    """Structured tool calling through the provider API. Default False."""
+    parallel_tools: bool = False
+    """Several calls in one turn. Default False."""
+    tool_streaming: bool = False
+    """Tool-call arguments stream as they are generated. Default False."""
+    json_mode: bool = False
+    """A reliable JSON output mode. Default False."""
+    reasoning: bool = False
+    """Extended thinking (a reasoning channel). Default False."""
+    max_output_tokens: int | None = None
+    """Output token limit; None when unknown."""
+    context_window: int | None = None
+    """Context window in tokens; None when unknown."""
+    needs_tool_schema_strict: bool = False
+    """Tool schemas must be strict (closed objects). Default False."""
+    tool_result_in_user_message: bool = False
+    """Tool results travel inside a user message. Default False."""
+    supports_tool_choice_required: bool = True
+    """tool_choice "required" is accepted. Default True."""
+    emulation_style: str = "json"
+    """Prompt style when tools are emulated: json, compact, parallel, xml, markdown or
+    dialect (the model's own trained format). Default json."""
+    dialect: str | None = None
+    """Raw-text tool-call format the model writes (a rules/dialects id). Default None."""
+    supports_forced_tool_choice: bool = True
+    """A specific tool can be forced. Default True."""
+    tool_calling_reliable: bool = False
+    """Reliable enough for enforced tool use (seed 003). Default False."""
+    schema_strategy: str | None = None
+    """Schema simplification strategy for weak models (rules/schema_strategies.yaml). Default None."""
+    prompt_guidance: bool = False
+    """Add tool-calling guidance with examples to the prompt. Default False."""
+    validate_retry: bool = False
+    """Validate calls and retry with feedback. Default False."""
+    text_fallback: bool = False
+    """Parse tool intent from plain text as a last resort. Default False."""
+    quirks: tuple[str, ...] = ()
+    """Named repairs this model needs when its output is parsed. Default none."""
+
+    def non_default(self) -> dict[str, Any]:
+        """The fields that differ from the defaults (what a resolution decided)."""
+        out: dict[str, Any] = {}
+        for f in fields(self):
+            value = getattr(self, f.name)
+            default = f.default if f.default_factory is MISSING else f.default_factory()
+            if value != default:
+                out[f.name] = list(value) if isinstance(value, tuple) else value
+        return out
+
+
+def coerce_tool(tool: Any) -> Tool:
+    """Accept a Tool, an OpenAI tool dict, a bare function dict, or an Anthropic-style dict."""
+    if isinstance(tool, Tool):
+        return tool
+    if hasattr(tool, "model_dump"):
+        tool = tool.model_dump(exclude_none=True)
+    if not isinstance(tool, dict):
+        raise TypeError(f"a tool must be a Tool or a dict, not {type(tool).__name__}")
+    fn = tool.get("function") if isinstance(tool.get("function"), dict) else tool
+    name = fn.get("name")
+    if not isinstance(name, str) or not name:
+        raise ValueError(f"tool has no name: {tool!r:.200}")
+    params = fn.get("parameters")
+    if params is None:
+        params = fn.get("input_schema", fn.get("parametersJsonSchema"))
+    if params is None:
+        params = {"type": "object", "properties": {}}
+    return Tool(name=name, description=fn.get("description") or "", parameters=params)
+
+
+def coerce_tools(tools: Any) -> tuple[Tool, ...]:
+    """A tuple of Tools from None, one tool, or an iterable of tool-like values."""
+    if tools is None:
+        return ()
+    if isinstance(tools, (Tool, dict)):
+        tools = [tools]
+    return tuple(coerce_tool(t) for t in tools)

@@ -183,8 +183,9 @@ def schema_problems(rs: RuleSet, rep: Reporter) -> set[tuple[str, str]]:
             continue
         schema = schema_for(rf.kind, rf.id)
         if schema is None:
-            from ._schemas import TABLE_SCHEMAS
+            from ._schemas import all_table_schemas
 
+            TABLE_SCHEMAS = all_table_schemas()
             close = get_close_matches(rf.id, list(TABLE_SCHEMAS), n=1)
             hint = f" (did you mean {close[0]}.yaml?)" if close else \
                 f"; known tables: {', '.join(sorted(TABLE_SCHEMAS))}"
@@ -221,7 +222,7 @@ def _cross_checks() -> list[CrossCheck]:
     from . import _models
 
     checks: list[CrossCheck] = [_models.check_rules]
-    for mod_name in ("_providers", "_dialects", "_tables"):
+    for mod_name in ("_providers", "_dialects", "_tables", "_emulation"):
         try:
             mod = __import__(f"{__package__}.{mod_name}", fromlist=["check_rules"])
         except ImportError:

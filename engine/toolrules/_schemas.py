@@ -9,7 +9,11 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["CAPABILITY_FIELDS", "KIND_SCHEMAS", "TABLE_SCHEMAS", "schema_for"]
+__all__ = ["CAPABILITY_FIELDS", "KIND_SCHEMAS", "TABLE_SCHEMAS", "all_table_schemas", "schema_for"]
+
+# Feature modules that contribute schemas: each may define KIND_SCHEMAS and TABLE_SCHEMAS
+# dicts (kind -> schema, table stem -> schema). Listed here, imported on first use.
+SCHEMA_MODULES = ("_schemas_providers", "_schemas_dialects", "_schemas_tables")
 
 
 def _doc(text: str, example: str | None = None) -> dict[str, Any]:
@@ -172,8 +176,35 @@ KIND_SCHEMAS: dict[str, dict[str, Any]] = {
 }
 
 
+_loaded = False
+
+
+def _load_modules() -> None:
+    global _loaded
+    if _loaded:
+        return
+    import importlib
+
+    for name in SCHEMA_MODULES:
+        try:
+            mod = importlib.import_module(f"{__package__}.{name}")
+        except ModuleNotFoundError as exc:
+            if exc.name != f"{__package__}.{name}":
+                raise
+            continue
+        KIND_SCHEMAS.update(getattr(mod, "KIND_SCHEMAS", {}))
+        TABLE_SCHEMAS.update(getattr(mod, "TABLE_SCHEMAS", {}))
+    _loaded = True
+
+
+def all_table_schemas() -> dict[str, dict[str, Any]]:
+    _load_modules()
+    return TABLE_SCHEMAS
+
+
 def schema_for(kind: str, rule_id: str) -> dict[str, Any] | None:
     """The schema a file of this kind and id must satisfy (None: unknown table)."""
+    _load_modules()
     if kind == "table":
         return TABLE_SCHEMAS.get(rule_id)
     return KIND_SCHEMAS.get(kind)

@@ -1,0 +1,113 @@
+"""CLI: `toolrules bench` - performance figures, reported as measured in one run.
+
+Benchmarks are not pass/fail tests. Each feature contributes a section: a function
+`bench(engine, quick) -> list[tuple[str, str]]` (label, figure) in its module, listed in
+`SECTIONS`. `--quick` runs fewer repetitions (for smoke-testing the command itself).
+"""
+
+from __future__ import annotations
+
+import importlib
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from typing import Any
+
+import click
+
+__all__ = ["COMMANDS", "timeit"]
+
+SECTIONS = (
+    ("models", "_cli_bench", "bench_models"),
+    ("dialects", "_bench_dialects", "bench"),
+    ("providers", "_bench_providers", "bench"),
+    ("emulation", "_bench_emulation", "bench"),
+)
+
+
+def timeit(fn: Callable[[], Any], repeat: int = 7, number: int = 1) -> float:
+    """Median seconds per call over `repeat` rounds of `number` calls."""
+    rounds = []
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        for _ in range(number):
+            fn()
+        rounds.append((time.perf_counter() - t0) / number)
+    return statistics.median(rounds)
+
+
+def bench_models(engine: Any, quick: bool) -> list[tuple[str, str]]:
+    import os
+    import tempfile
+
+    from ._engine import load
+
+    out = []
+    env = dict(os.environ, TOOLRULES_CACHE="0")
+    code = ("import time; t=time.perf_counter(); import toolrules; "
+            "e=toolrules.load(use_env=False); print(time.perf_counter()-t)")
+    runs = 3 if quick else 7
+    t_nocache = statistics.median(float(subprocess.check_output(
+        [sys.executable, "-c", code], env=env, text=True)) for _ in range(runs))
+    with tempfile.TemporaryDirectory() as d:
+        env_c = dict(os.environ, TOOLRULES_CACHE="1", TOOLRULES_CACHE_DIR=d)
+        subprocess.check_output([sys.executable, "-c", code], env=env_c, text=True)
+        t_cache = statistics.median(float(subprocess.check_output(
+            [sys.executable, "-c", code], env=env_c, text=True)) for _ in range(runs))
+        wall = []
+        for _ in range(runs):
+            t0 = time.perf_counter()
+            subprocess.check_call([sys.executable, "-c", "import toolrules; toolrules.load()"],
+                                  env=env_c)
+            wall.append(time.perf_counter() - t0)
+    out.append(("import + load(), no disk cache (validate all rules)", f"{t_nocache * 1e3:.0f} ms"))
+    out.append(("import + load(), disk cache warm", f"{t_cache * 1e3:.0f} ms"))
+    out.append(("`python -c 'import toolrules; toolrules.load()'` wall", f"{statistics.median(wall) * 1e3:.0f} ms"))
+    t_load = timeit(lambda: load(use_env=False, cache=False), repeat=3 if quick else 5)
+    out.append(("load() in-process, validating (cold, no cache)", f"{t_load * 1e3:.0f} ms"))
+    ids = []
+    for rid in engine.ruleset.ids("model"):
+        ids.extend((engine.ruleset.get("model", rid).data or {}).get("examples", []) or [])
+    ids = ids or ["gpt-4o"]
+    n = 2000 if quick else 20000
+    rules = engine._model_rules()
+    t0 = time.perf_counter()
+    for i in range(n):
+        rules.resolve(ids[i % len(ids)])
+    uncached = n / (time.perf_counter() - t0)
+    for m in ids:
+        engine.capability(m)
+    t0 = time.perf_counter()
+    for i in range(n * 10):
+        engine.capability(ids[i % len(ids)])
+    cached = n * 10 / (time.perf_counter() - t0)
+    out.append((f"capability() uncached ({len(ids)} example ids)", f"{uncached:,.0f} lookups/s"))
+    out.append(("capability() cached", f"{cached:,.0f} lookups/s"))
+    return out
+
+
+@click.command()
+@click.option("--quick", is_flag=True, help="Fewer repetitions.")
+@click.option("--only", multiple=True, help="Run only these sections (models, dialects ...).")
+def bench(quick: bool, only: tuple[str, ...]) -> None:
+    """Measure load time, lookups, parsing, streaming and rendering (figures, not pass/fail)."""
+    from ._engine import load
+
+    engine = load(use_env=False)
+    for section, mod_name, fn_name in SECTIONS:
+        if only and section not in only:
+            continue
+        try:
+            mod = importlib.import_module(f"{__package__}.{mod_name}")
+        except ModuleNotFoundError as exc:
+            if exc.name != f"{__package__}.{mod_name}":
+                raise
+            continue
+        click.echo(f"[{section}]")
+        for label, figure in getattr(mod, fn_name)(engine, quick):
+            click.echo(f"  {label:64} {figure}")
+
+
+COMMANDS = [bench]

@@ -1,0 +1,130 @@
+"""Lark grammars for payloads that are not JSON (pythonic call lists, object literals).
+
+Grammars live in grammars/*.lark and are compiled (LALR) once per content hash. The
+engine turns a parse tree into values through a fixed vocabulary of rule names, so a
+new grammar needs no code:
+
+    calls   -> list of calls            call  -> (name, {kwargs})   kwarg -> key = value
+    object  -> dict (of pair)           pair  -> key : value        array/list/tuple -> list
+    string  -> quoted text, escapes read   rawstring -> text between its delimiters as is
+    number  -> int or float             true / false / null
+    name / key -> text (stripped)
+
+`%import common.X` works as usual; grammars/common.lark holds shared terminals.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from typing import Any
+
+__all__ = ["build_grammar", "parse_payload", "tree_to_value"]
+
+_PARSERS: dict[str, Any] = {}
+_ESCAPES = {"n": "\n", "t": "\t", "r": "\r", "b": "\b", "f": "\f", "0": "\0", "\\": "\\",
+            "'": "'", '"': '"', "/": "/"}
+
+
+def build_grammar(text: str, import_paths: list[str] | None = None) -> Any:
+    """An LALR parser for `text`, cached by content hash. Raises lark errors."""
+    key = hashlib.sha256(text.encode()).hexdigest()
+    parser = _PARSERS.get(key)
+    if parser is None:
+        from lark import Lark
+
+        parser = Lark(text, parser="lalr", start="start", maybe_placeholders=False,
+                      import_paths=import_paths or [])
+        _PARSERS[key] = parser
+    return parser
+
+
+def _unquote(token: str) -> str:
+    body = token[1:-1]
+    if "\\" not in body:
+        return body
+    out = []
+    i = 0
+    while i < len(body):
+        c = body[i]
+        if c == "\\" and i + 1 < len(body):
+            nxt = body[i + 1]
+            if nxt == "u" and re.fullmatch(r"[0-9a-fA-F]{4}", body[i + 2:i + 6]):
+                out.append(chr(int(body[i + 2:i + 6], 16)))
+                i += 6
+                continue
+            out.append(_ESCAPES.get(nxt, "\\" + nxt))
+            i += 2
+            continue
+        out.append(c)
+        i += 1
+    return "".join(out)
+
+
+def _number(text: str) -> int | float:
+    try:
+        return int(text)
+    except ValueError:
+        return float(text)
+
+
+def tree_to_value(node: Any) -> Any:
+    from lark import Token, Tree
+
+    if isinstance(node, Token):
+        return str(node)
+    if not isinstance(node, Tree):
+        return node
+    kind = node.data
+    kids = node.children
+    if kind in ("start", "value"):
+        return tree_to_value(kids[0]) if kids else None
+    if kind == "calls":
+        return [tree_to_value(k) for k in kids]
+    if kind == "call":
+        name = tree_to_value(kids[0]).strip()
+        args: dict[str, Any] = {}
+        for k in kids[1:]:
+            if isinstance(k, Tree) and k.data == "kwarg":
+                key, value = tree_to_value(k)
+                args[key] = value
+            else:
+                raise ValueError("positional arguments are not tool arguments")
+        return (name, args)
+    if kind in ("kwarg", "pair"):
+        return (str(tree_to_value(kids[0])).strip(), tree_to_value(kids[1]))
+    if kind in ("object", "dict"):
+        return dict(tree_to_value(k) for k in kids)
+    if kind in ("array", "list", "tuple"):
+        return [tree_to_value(k) for k in kids]
+    if kind == "string":
+        return _unquote(str(kids[0]))
+    if kind == "rawstring":
+        text = str(kids[0])
+        m = re.fullmatch(r"(<\|[^|]*\|>|['\"])(.*)\1", text, re.S)
+        return m.group(2) if m else text
+    if kind == "number":
+        return _number(str(kids[0]))
+    if kind == "true":
+        return True
+    if kind == "false":
+        return False
+    if kind == "null":
+        return None
+    if kind in ("name", "key"):
+        return str(kids[0]).strip()
+    raise ValueError(f"grammar rule {kind!r} is not in the value vocabulary")
+
+
+def parse_payload(dialect: Any, grammar: str, text: str) -> Any:
+    """Parse `text` with the dialect's grammar; ValueError when it does not fit."""
+    from lark.exceptions import LarkError
+
+    parser = dialect.grammar_parsers.get(grammar)
+    if parser is None:
+        raise ValueError(f"grammar {grammar!r} is not loaded")
+    try:
+        tree = parser.parse(text)
+    except LarkError as exc:
+        raise ValueError(str(exc)) from None
+    return tree_to_value(tree)

@@ -1,0 +1,241 @@
+"""Finding where a payload ends, and repairing almost-JSON.
+
+`Balanced` is an incremental, string-aware bracket matcher: fed a growing buffer it
+reports when the value that started at its first opening bracket is closed, never
+looking at a character twice. Markers inside strings are data; markers outside strings
+(a call's end marker) stop the scan so a missing closing brace can be repaired.
+
+`repair_json` rebuilds strict JSON from common model mistakes, but only with the
+repairs a dialect allows, and names each repair it used.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+__all__ = ["Balanced", "BalancedSpec", "RepairFailed", "loads_strict", "repair_json"]
+
+_OPENERS = {"{": "}", "[": "]", "(": ")"}
+_CLOSERS = {"}", "]", ")"}
+
+
+@dataclass(frozen=True, slots=True)
+class Quote:
+    open: str
+    close: str
+    escapes: bool
+
+
+class BalancedSpec:
+    """What counts as a string and a bracket for one payload kind (compiled once)."""
+
+    def __init__(self, quotes: Sequence[tuple[str, str, bool]], brackets: str = "{}[]",
+                 stops: Iterable[str] = ()):
+        self.quotes = tuple(Quote(*q) for q in quotes)
+        self.brackets = brackets
+        self.stops = tuple(sorted(set(stops), key=len, reverse=True))
+        alts = [re.escape(q.open) for q in sorted(self.quotes, key=lambda q: -len(q.open))]
+        alts += [re.escape(s) for s in self.stops]
+        alts.append("[" + re.escape(brackets) + "]")
+        self.outside = re.compile("|".join(alts))
+        self.inside = tuple(
+            re.compile((r"\\.|\\\Z|" if q.escapes else "") + re.escape(q.close), re.S)
+            for q in self.quotes)
+        tokens = [q.open for q in self.quotes] + list(self.stops)
+        self.prefixes = {t[:k] for t in tokens for k in range(1, len(t))}
+        self.maxlen = max((len(t) for t in tokens), default=1)
+        self.quote_open = {q.open: i for i, q in enumerate(self.quotes)}
+
+    def holdback(self, buf: str, start: int) -> int:
+        for k in range(min(self.maxlen - 1, len(buf) - start), 0, -1):
+            if buf[-k:] in self.prefixes:
+                return k
+        return 0
+
+
+class Balanced:
+    """Incremental scan of one bracketed value.
+
+    `scan(buf, pos, final)` returns (new_pos, status): "more" (need input), "done"
+    (value closed at new_pos), "stop" (a stop marker begins at new_pos, outside any
+    string, before the value closed), or "bad" (the text does not start a value).
+    """
+
+    __slots__ = ("depth", "quote", "spec", "started")
+
+    def __init__(self, spec: BalancedSpec):
+        self.spec = spec
+        self.depth = 0
+        self.quote = -1
+        self.started = False
+
+    def scan(self, buf: str, pos: int, final: bool) -> tuple[int, str]:
+        spec = self.spec
+        n = len(buf)
+        if not self.started:
+            while pos < n and buf[pos].isspace():
+                pos += 1
+            if pos >= n:
+                return pos, "more"
+            ch = buf[pos]
+            if ch not in _OPENERS or ch not in spec.brackets:
+                return pos, "bad"
+            self.started = True
+            self.depth = 1
+            pos += 1
+        while pos < n:
+            if self.quote >= 0:
+                m = spec.inside[self.quote].search(buf, pos)
+                if m is None:
+                    return n, "more"
+                tok = m.group()
+                if tok == "\\":  # a backslash at the very end: wait for its partner
+                    return m.start(), "more"
+                pos = m.end()
+                if tok[0] == "\\" and spec.quotes[self.quote].escapes and len(tok) == 2:
+                    continue
+                self.quote = -1
+                continue
+            m = spec.outside.search(buf, pos)
+            if m is None:
+                keep = 0 if final else spec.holdback(buf, pos)
+                return n - keep, "more"
+            tok = m.group()
+            if tok in spec.quote_open:
+                if not final and m.end() == n and spec.holdback(buf, m.start()):
+                    return m.start(), "more"
+                self.quote = spec.quote_open[tok]
+                pos = m.end()
+            elif tok in _OPENERS:
+                self.depth += 1
+                pos = m.end()
+            elif tok in _CLOSERS:
+                self.depth -= 1
+                pos = m.end()
+                if self.depth == 0:
+                    return pos, "done"
+            else:  # a stop marker outside strings
+                return m.start(), "stop"
+        return pos, "more"
+
+
+# ---------------------------------------------------------------- lenient JSON
+
+class RepairFailed(ValueError):
+    """The text is not JSON and the allowed repairs cannot make it JSON."""
+
+
+_TOKEN = re.compile(r"""
+    (?P<ws>\s+)
+  | (?P<dq>"(?:[^"\\]|\\.)*")
+  | (?P<sq>'(?:[^'\\]|\\.)*')
+  | (?P<num>-?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][+-]?\d+)?)
+  | (?P<ident>[A-Za-z_$][\w$]*)
+  | (?P<punct>[{}\[\]:,])
+""", re.X | re.S)
+
+_PY_LITERALS = {"True": "true", "False": "false", "None": "null"}
+
+
+def _sq_to_json(token: str) -> str:
+    body = token[1:-1]
+    out = []
+    i = 0
+    while i < len(body):
+        c = body[i]
+        if c == "\\" and i + 1 < len(body):
+            nxt = body[i + 1]
+            out.append({"'": "'", '"': '"', "\\": "\\", "n": "\n", "t": "\t", "r": "\r",
+                        "/": "/", "b": "\b", "f": "\f"}.get(nxt, "\\" + nxt))
+            i += 2
+            continue
+        out.append(c)
+        i += 1
+    return json.dumps("".join(out), ensure_ascii=False)
+
+
+def loads_strict(text: str) -> object:
+    """json.loads that refuses NaN/Infinity (not JSON) - model output must be real JSON."""
+    return json.loads(text, parse_constant=_no_constant)
+
+
+def _no_constant(name: str) -> object:
+    raise ValueError(f"{name} is not JSON")
+
+
+def repair_json(text: str, allowed: frozenset[str] | set[str],
+                at_end_marker: bool = False) -> tuple[object, tuple[str, ...]]:
+    """Parse `text` as JSON, applying only `allowed` repairs; return (value, repairs used).
+
+    Repairs: trailing-commas, single-quotes, unquoted-keys, python-literals, and
+    missing-final-brace (only when the payload was cut by a call's end marker).
+    """
+    try:
+        return loads_strict(text), ()
+    except ValueError:
+        pass
+    used: list[str] = []
+    out: list[str] = []
+    stack: list[str] = []
+    toks = []
+    pos = 0
+    n = len(text)
+    while pos < n:
+        m = _TOKEN.match(text, pos)
+        if m is None:
+            raise RepairFailed(f"unexpected character {text[pos]!r} at {pos}")
+        pos = m.end()
+        if m.lastgroup != "ws":
+            toks.append((m.lastgroup, m.group()))
+
+    def use(name: str) -> None:
+        if name not in allowed:
+            raise RepairFailed(f"needs repair {name!r}, which this dialect does not allow")
+        if name not in used:
+            used.append(name)
+
+    for i, (kind, tok) in enumerate(toks):
+        nxt = toks[i + 1][1] if i + 1 < len(toks) else None
+        if kind == "dq" or kind == "num":
+            out.append(tok)
+        elif kind == "sq":
+            use("single-quotes")
+            out.append(_sq_to_json(tok))
+        elif kind == "ident":
+            if tok in ("true", "false", "null") and nxt != ":":
+                out.append(tok)
+            elif tok in _PY_LITERALS and nxt != ":":
+                use("python-literals")
+                out.append(_PY_LITERALS[tok])
+            elif nxt == ":" and stack and stack[-1] == "}":
+                use("unquoted-keys")
+                out.append(json.dumps(tok))
+            else:
+                raise RepairFailed(f"bare word {tok!r} is not JSON")
+        elif tok == ",":
+            if nxt in ("}", "]"):
+                use("trailing-commas")
+                continue
+            out.append(tok)
+        elif tok in "{[":
+            stack.append(_OPENERS[tok])
+            out.append(tok)
+        elif tok in "}]":
+            if not stack or stack[-1] != tok:
+                raise RepairFailed(f"unbalanced {tok!r}")
+            stack.pop()
+            out.append(tok)
+        else:
+            out.append(tok)
+    if stack:
+        if not at_end_marker:
+            raise RepairFailed("unclosed brackets")
+        use("missing-final-brace")
+        out.extend(reversed(stack))
+    try:
+        return loads_strict("".join(out)), tuple(used)
+    except ValueError as exc:
+        raise RepairFailed(str(exc)) from None

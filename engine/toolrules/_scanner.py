@@ -1,0 +1,906 @@
+"""The incremental scanner: one pass over model output, driven by a compiled Dialect.
+
+`Machine.feed(delta)` appends to a buffer and advances through it; every step consumes
+text, so nothing is scanned twice except a held-back tail that could still become a
+marker (bounded by the longest marker). `Machine.close(finish_reason)` handles the end:
+an unfinished call is dropped when the output was cut off (`length`) and otherwise given
+back as text. Events go to a `Sink`, which either builds stream chunks or collects the
+pieces of a ParsedResponse - the same events either way, so a stream split any way gives
+what parse() gives.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+import secrets
+from typing import Any
+
+from ._dialects import CallDef, Dialect, MarkerTable, Region
+from ._jsonscan import Balanced, RepairFailed, repair_json
+from ._types import StreamChunk, StreamChunkType, ToolCall
+from ._values import type_value
+
+__all__ = ["Machine", "Sink"]
+
+_WS = " \t\r\n"
+_DECODER = json.JSONDecoder()
+_MAX_HEADER = 4096
+_KEY_REPAIRS = {"function": "function-key", "args": "args-key", "parameters": "parameters-key"}
+
+_TEXT = StreamChunkType.TEXT
+_REASONING = StreamChunkType.REASONING
+
+
+class Sink:
+    """Receives scanner events; streams chunks or collects a parse result."""
+
+    def __init__(self, streaming: bool, strip: bool, tools: dict[str, Any], dedupe: bool,
+                 ids: str):
+        self.streaming = streaming
+        self.strip = strip
+        self.tools = tools
+        self.dedupe = dedupe
+        self.ids = ids
+        self.out: list[StreamChunk] = []
+        self.parts: dict[str, list[str]] = {"content": [], "reasoning": []}
+        self.started = {"content": False, "reasoning": False}
+        self.pending_ws = {"content": "", "reasoning": ""}
+        self.calls: list[ToolCall] = []
+        self.repairs: list[str] = []
+        self.warnings: list[str] = []
+        self.seen: set[str] = set()
+        self.deferred: list[tuple[Any, ...]] | None = None
+        self.muted = False
+
+    # ------------------------------------------------------------ text
+
+    def text(self, kind: str, s: str) -> None:
+        if self.muted or not s:
+            return
+        if self.deferred is not None:
+            self.deferred.append(("text", kind, s))
+            return
+        self._text(kind, s)
+
+    def _text(self, kind: str, s: str) -> None:
+        if self.strip:
+            if not self.started[kind]:
+                s = s.lstrip(_WS)
+                if not s:
+                    return
+            core = s.rstrip(_WS)
+            if not core:
+                self.pending_ws[kind] += s
+                return
+            tail = s[len(core):]
+            s = self.pending_ws[kind] + core
+            self.pending_ws[kind] = tail
+        self.started[kind] = True
+        self.parts[kind].append(s)
+        if self.streaming:
+            self.out.append(StreamChunk(_TEXT if kind == "content" else _REASONING, content=s))
+
+    def has_content(self) -> bool:
+        return self.started["content"]
+
+    # ------------------------------------------------------------ calls
+
+    def call(self, name: str, arguments: dict[str, Any], call_id: str | None, raw: str,
+             repairs: list[str]) -> None:
+        if self.muted:
+            return
+        if self.deferred is not None:
+            self.deferred.append(("call", name, arguments, call_id, raw, repairs))
+            return
+        self._call(name, arguments, call_id, repairs)
+
+    def _call(self, name: str, arguments: dict[str, Any], call_id: str | None,
+              repairs: list[str]) -> None:
+        args_json = json.dumps(arguments, ensure_ascii=False)
+        if self.dedupe:
+            key = name + "\0" + json.dumps(arguments, sort_keys=True, ensure_ascii=False)
+            if key in self.seen:
+                self.warnings.append(f"duplicate-call-dropped: {name}")
+                return
+            self.seen.add(key)
+        for r in repairs:
+            if r not in self.repairs:
+                self.repairs.append(r)
+        if self.tools and name not in self.tools:
+            self.warnings.append(f"unknown-tool: {name}")
+        index = len(self.calls)
+        if call_id is None:
+            call_id = f"call_{index}" if self.ids == "sequential" else f"call_{secrets.token_hex(8)}"
+        call = ToolCall(id=call_id, name=name, arguments=arguments)
+        self.calls.append(call)
+        if self.streaming:
+            self.out.append(StreamChunk(StreamChunkType.TOOL_START, index=index,
+                                        tool_call_id=call_id, tool_name=name))
+            self.out.append(StreamChunk(StreamChunkType.TOOL_ARGS, index=index,
+                                        tool_call_id=call_id, tool_name=name, args_delta=args_json))
+            self.out.append(StreamChunk(StreamChunkType.TOOL_END, index=index,
+                                        tool_call_id=call_id, tool_name=name, arguments=arguments))
+
+    def progress(self, name: str | None, fragment: str) -> None:
+        if self.streaming and fragment and not self.muted:
+            self.out.append(StreamChunk(StreamChunkType.TOOL_PROGRESS, index=len(self.calls),
+                                        tool_name=name, args_delta=fragment))
+
+    def warn(self, message: str) -> None:
+        if not self.muted and message not in self.warnings:
+            self.warnings.append(message)
+
+    # ------------------------------------------------------------ deferral
+
+    def defer(self) -> None:
+        if self.deferred is None and not self.muted:
+            self.deferred = []
+
+    def resolve(self, calls_are_text: bool) -> None:
+        """End a deferral: replay events; calls become reasoning text if `calls_are_text`."""
+        events, self.deferred = self.deferred, None
+        for ev in events or ():
+            if ev[0] == "text":
+                self._text(ev[1], ev[2])
+            elif calls_are_text:
+                self._text("reasoning", ev[4])
+            else:
+                self._call(ev[1], ev[2], ev[3], ev[5])
+
+    def finish(self) -> None:
+        self.pending_ws = {"content": "", "reasoning": ""}
+
+
+class _CallRun:
+    """Per-call scanning state."""
+
+    __slots__ = ("anchored", "bal", "c", "call_id", "header", "key", "key_type", "name", "params",
+                 "payload", "phase", "raw", "repairs", "ret", "started", "tentative",
+                 "value", "value_end", "values")
+
+    def __init__(self, c: CallDef, ret: Region, anchored: bool, tentative: bool):
+        self.c = c
+        self.ret = ret
+        self.anchored = anchored
+        self.tentative = tentative
+        self.raw: list[str] = []
+        self.header: list[str] = []
+        self.payload: list[str] = []
+        self.values: list[Any] = []
+        self.params: list[tuple[str, str | None, str]] = []
+        self.repairs: list[str] = []
+        self.name: str | None = None
+        self.call_id: str | None = None
+        self.bal: Balanced | None = None
+        self.started = False
+        self.key: str | None = None
+        self.key_type: str | None = None
+        self.value: list[str] = []
+        self.value_end: MarkerTable | None = None
+        if c.header is not None:
+            self.phase = "header"
+        elif c.payload.kind == "params":
+            self.phase = "params"
+        elif c.payload.kind == "none":
+            self.phase = "close"
+        else:
+            self.phase = "payload"
+
+
+class Machine:
+    """Runs one dialect over one output (and, first, over the generation prompt)."""
+
+    def __init__(self, dialect: Dialect, sink: Sink, repairs: frozenset[str],
+                 tools: dict[str, Any]):
+        self.d = dialect
+        self.sink = sink
+        self.allowed = repairs
+        self.tools = tools
+        self.buf = ""
+        self.pos = 0
+        self.region: Region = dialect.start
+        self.call: _CallRun | None = None
+        self.header: list[str] | None = None
+        self.header_msg: Any = None
+        self.start_ok = True
+        self.undecided: list[str] = []
+        self.total = 0
+
+    # ------------------------------------------------------------ driving
+
+    def prime(self, prompt: str | None) -> None:
+        """Scan the generation prompt silently: it decides the starting region."""
+        if prompt:
+            self.sink.muted = True
+            self.buf = prompt[-4096:]
+            self._run(final=True)
+            self.sink.muted = False
+            self.buf, self.pos = "", 0
+            self.call = None
+        if self.region is self.d.content and self.d.undecided is not None:
+            self.region = self.d.undecided
+        self.start_ok = True
+
+    def feed(self, delta: str) -> None:
+        self.buf += delta
+        self._run(final=False)
+
+    def close(self, finish_reason: str | None) -> None:
+        self._run(final=True)
+        if self.call is not None:
+            self._call_eof(finish_reason)
+        if self.header is not None:
+            self.sink.warn("incomplete-message-header-dropped")
+            self.header = None
+        if self.region.kind == "undecided":
+            self._flush_undecided("content")
+        if self.sink.deferred is not None:
+            self.sink.resolve(calls_are_text=False)
+        self.sink.finish()
+
+    def _run(self, final: bool) -> None:
+        while True:
+            if self.call is not None:
+                progressed = self._step_call(final)
+            elif self.header is not None:
+                progressed = self._step_header(final)
+            else:
+                progressed = self._step_region(final)
+            if not progressed:
+                break
+        if self.pos:
+            self.buf = self.buf[self.pos:]
+            self.pos = 0
+
+    # ------------------------------------------------------------ text regions
+
+    def _emit(self, region: Region, text: str) -> None:
+        kind = region.kind
+        if kind == "content":
+            self.sink.text("content", text)
+            if self.start_ok and text.strip(_WS):
+                self.start_ok = False
+        elif kind == "reasoning":
+            self.sink.text("reasoning", text)
+        elif kind == "section":
+            if text.strip(_WS):
+                self.sink.warn("text-inside-call-section")
+            self.sink.text("content", text)
+        elif kind == "undecided":
+            self.undecided.append(text)
+
+    def _flush_undecided(self, kind: str) -> None:
+        text = "".join(self.undecided)
+        self.undecided = []
+        if text:
+            self.sink.text(kind, text)
+            if kind == "content" and text.strip(_WS):
+                self.start_ok = False
+
+    def _step_region(self, final: bool) -> bool:
+        r = self.region
+        buf, pos = self.buf, self.pos
+        n = len(buf)
+        if pos >= n:
+            return False
+        if r.start_calls and self.start_ok and not self.sink.has_content():
+            i = pos
+            while i < n and buf[i] in _WS:
+                i += 1
+            if i >= n and not final:
+                return False
+            if i < n:
+                for c in r.start_calls:
+                    if buf[i] in c.payload.starts:
+                        if r.kind == "undecided":
+                            self._flush_undecided("content")
+                            self.region = r = self.d.content
+                        self._begin_call(c, r, anchored=True)
+                        return True
+            self.start_ok = False
+        m = r.exits.search(buf, pos)
+        if m is not None:
+            if m.start() > pos:
+                self._emit(r, buf[pos:m.start()])
+            self.pos = m.end()
+            self._act(r, r.exits.actions[m.group()], m.group())
+            return True
+        end = n if final else n - r.exits.holdback(buf, pos)
+        if end > pos:
+            self._emit(r, buf[pos:end])
+            self.pos = end
+        return False
+
+    def _act(self, r: Region, action: tuple[Any, ...], marker: str) -> None:
+        kind = action[0]
+        if kind == "goto":
+            target = action[1]
+            if r.kind == "reasoning" and r.tentative and self.sink.deferred is not None \
+                    and target is not r:
+                self.sink.resolve(calls_are_text=True)
+            self.region = target
+        elif kind == "call":
+            c = action[1]
+            tentative = r.kind == "reasoning" and r.tentative
+            if tentative:
+                self.sink.defer()
+            self._begin_call(c, r, anchored=False, marker=marker, tentative=tentative)
+        elif kind == "header":
+            self.header = []
+            self.header_msg = action[1]
+        elif kind == "resolve":  # leaving the undecided start region
+            reasoning, then = action[1], action[2]
+            self._flush_undecided("reasoning" if reasoning is not None else "content")
+            self.region = self.d.content
+            self._act(self.d.content, then, marker)
+        # ("drop",): the marker simply disappears
+
+    # ------------------------------------------------------------ message headers
+
+    def _step_header(self, final: bool) -> bool:
+        buf, pos = self.buf, self.pos
+        n = len(buf)
+        msg = self.header_msg
+        m = msg.header_end.search(buf, pos)
+        if m is None:
+            end = n if final else n - msg.header_end.holdback(buf, pos)
+            if end > pos:
+                self.header.append(buf[pos:end])
+                self.pos = end
+            return False
+        self.header.append(buf[pos:m.start()])
+        self.pos = m.end()
+        what = msg.header_end.actions[m.group()]
+        text = "".join(self.header)
+        self.header = None
+        if what == "abort":
+            self.sink.warn("message-header-without-body-dropped")
+            self.region = self.d.between
+            return True
+        if what == "restart":
+            self.sink.warn("message-header-without-body-dropped")
+            self.header = []
+            return True
+        for route in msg.routes:
+            rm = route.pattern.search(text)
+            if rm is None:
+                continue
+            target = route.target
+            if isinstance(target, Region):
+                self.region = target
+            else:
+                run = self._begin_call(target, self.d.between, anchored=False, marker="")
+                name = rm.groupdict().get("name")
+                run.name = name.strip() if name else None
+                if rm.groupdict().get("id"):
+                    run.call_id = rm.group("id")
+            return True
+        self.region = self.d.between
+        return True
+
+    # ------------------------------------------------------------ calls
+
+    def _begin_call(self, c: CallDef, ret: Region, anchored: bool, marker: str = "",
+                    tentative: bool = False) -> _CallRun:
+        run = _CallRun(c, ret, anchored, tentative)
+        if marker:
+            run.raw.append(marker)
+        self.call = run
+        return run
+
+    def _step_call(self, final: bool) -> bool:
+        run = self.call
+        phase = run.phase
+        if phase == "header":
+            return self._step_header_call(run, final)
+        if phase == "payload":
+            return self._step_payload(run, final)
+        if phase == "after":
+            return self._step_after(run, final)
+        if phase == "params":
+            return self._step_params(run, final)
+        if phase == "skip":
+            return self._step_skip(run, final)
+        return self._step_close(run, final)
+
+    def _consume(self, run: _CallRun, end: int) -> str:
+        text = self.buf[self.pos:end]
+        if text:
+            run.raw.append(text)
+        self.pos = end
+        return text
+
+    def _skip_ws(self, run: _CallRun) -> int:
+        buf, i, n = self.buf, self.pos, len(self.buf)
+        while i < n and buf[i] in _WS:
+            i += 1
+        if i > self.pos:
+            self._consume(run, i)
+        return i
+
+    def _step_header_call(self, run: _CallRun, final: bool) -> bool:
+        h = run.c.header
+        buf, pos = self.buf, self.pos
+        n = len(buf)
+        if h.optional and not run.header:
+            i = pos
+            while i < n and buf[i] in _WS:
+                i += 1
+            if i >= n and not final:
+                return False
+            if i < n and buf[i] in run.c.payload.starts:
+                run.phase = "payload"
+                return True
+        m = h.ends.search(buf, pos)
+        if m is None:
+            end = n if final else n - h.ends.holdback(buf, pos)
+            if end > pos:
+                run.header.append(self._consume(run, end))
+            if sum(map(len, run.header)) > _MAX_HEADER:
+                self._malformed(run, "call-header-too-long")
+                return True
+            return False
+        run.header.append(self._consume(run, m.start()))
+        if h.ends.actions[m.group()] == "until":
+            self._consume(run, m.end())
+        text = "".join(run.header)
+        if h.pattern is not None:
+            hm = h.pattern.search(text)
+            if hm is None:
+                self._malformed(run, "call-header-not-recognized")
+                return True
+            groups = hm.groupdict()
+            name = groups.get("name")
+            run.name = _unescape(name.strip(), h.unescape) if name else None
+            if groups.get("id"):
+                run.call_id = _unescape(groups["id"].strip(), h.unescape)
+            if groups.get("self_close"):
+                run.phase = "close"
+                run.values = [{}]
+                self._finish_call(run)
+                return True
+        else:
+            run.name = text.strip() or None
+        if not run.name:
+            self._malformed(run, "call-without-name")
+            return True
+        run.phase = "params" if run.c.payload.kind == "params" else (
+            "close" if run.c.payload.kind == "none" else "payload")
+        if run.c.payload.kind == "none":
+            run.values = [{}]
+        return True
+
+    # -------------------------------------------------- json / grammar payloads
+
+    def _step_payload(self, run: _CallRun, final: bool) -> bool:
+        p = run.c.payload
+        buf, n = self.buf, len(self.buf)
+        if not run.started:
+            i = self._skip_ws(run)
+            if i >= n:
+                return False
+            if p.fence and buf.startswith("```", i):
+                j = buf.find("\n", i)
+                if j < 0:
+                    if not final and n - i < 16:
+                        return False
+                    j = i + 3
+                    while j < n and buf[j].isalnum():
+                        j += 1
+                else:
+                    j += 1
+                self._consume(run, j)
+                i = self._skip_ws(run)
+                if i >= n:
+                    return False
+            if buf[i] not in p.starts:
+                self._malformed(run, "payload-not-recognized")
+                return True
+            run.started = True
+            run.bal = Balanced(p.spec) if not p.delimited else None
+            if final and p.kind == "json":  # whole text at hand: let the C decoder find the end
+                try:
+                    value, end = _DECODER.raw_decode(buf, i)
+                except ValueError:
+                    pass
+                else:
+                    if isinstance(value, (dict, list)):
+                        run.payload.append(self._consume(run, end))
+                        run.values.append(value)
+                        run.phase = "after"
+                        return True
+        pos = self.pos
+        if p.delimited:
+            m = run.c.close_table.search(buf, pos)  # grammar text up to the close marker
+            if m is None:
+                end = n if final else n - run.c.close_table.holdback(buf, pos)
+                frag = self._consume(run, end)
+                run.payload.append(frag)
+                self.sink.progress(run.name, frag)
+                return False
+            run.payload.append(self._consume(run, m.start()))
+            return self._payload_done(run, at_marker=True)
+        new, status = run.bal.scan(buf, pos, final)
+        frag = self._consume(run, new)
+        if frag:
+            run.payload.append(frag)
+            self.sink.progress(run.name, frag)
+        if status == "more":
+            return False
+        if status == "bad":
+            self._malformed(run, "payload-not-recognized")
+            return True
+        return self._payload_done(run, at_marker=(status == "stop"))
+
+    def _payload_done(self, run: _CallRun, at_marker: bool) -> bool:
+        p = run.c.payload
+        text = "".join(run.payload)
+        run.payload = []
+        if p.kind == "grammar":
+            from ._grammars import parse_payload
+
+            try:
+                value = parse_payload(self.d, p.grammar, text)
+            except ValueError:
+                self._malformed(run, "payload-grammar-mismatch")
+                return True
+        else:
+            try:
+                value, used = repair_json(text, self.allowed, at_end_marker=at_marker)
+            except RepairFailed:
+                self._malformed(run, "payload-not-json")
+                return True
+            run.repairs.extend(used)
+        run.values.append(value)
+        run.bal = None
+        run.started = False
+        run.phase = "after"
+        return True
+
+    def _step_after(self, run: _CallRun, final: bool) -> bool:
+        """After a payload value: another value after a separator, a suffix, then close."""
+        p = run.c.payload
+        buf, n = self.buf, len(self.buf)
+        i = self._skip_ws(run)
+        if i >= n and not final and (p.separator or p.suffix or p.fence):
+            return False
+        if p.separator:
+            if buf.startswith(p.separator, i):
+                self._consume(run, i + len(p.separator))
+                run.phase = "payload"
+                return True
+        if p.fence or p.suffix:
+            for lit in ([p.suffix] if p.suffix else []) + (["```"] if p.fence else []):
+                if buf.startswith(lit, i):
+                    self._consume(run, i + len(lit))
+                    i = self._skip_ws(run)
+                    break
+                if i < n and lit.startswith(buf[i:]) and not final:
+                    return False
+        run.phase = "close"
+        return True
+
+    # -------------------------------------------------- closing a call
+
+    def _step_close(self, run: _CallRun, final: bool) -> bool:
+        c = run.c
+        buf, n = self.buf, len(self.buf)
+        i = self._skip_ws(run) if c.close else self.pos
+        if not c.close:
+            self._finish_call(run)
+            return True
+        if i >= n:
+            return False
+        m = c.close_table.match(buf, i)
+        if m is not None:
+            self._consume(run, m.end())
+            self._finish_call(run)
+            return True
+        rest = buf[i:]
+        if not final and c.close_table.is_prefix(rest):
+            return False
+        # not our close marker: fine if a marker of the region we return to follows
+        # (the close was omitted, e.g. the next call starts), otherwise malformed
+        exits = run.ret.exits
+        if exits.match(buf, i) is not None:
+            self._finish_call(run)
+            return True
+        if not final and exits.is_prefix(rest):
+            return False
+        run.phase = "skip"
+        return True
+
+    def _step_skip(self, run: _CallRun, final: bool) -> bool:
+        """Malformed call: consume through its close marker, then give it back as text."""
+        buf = self.buf
+        m = run.c.close_table.search(buf, self.pos)
+        if m is None:
+            end = len(buf) if final else len(buf) - run.c.close_table.holdback(buf, self.pos)
+            self._consume(run, end)
+            return False
+        self._consume(run, m.end())
+        self._passthrough(run, "call-malformed")
+        return True
+
+    def _call_eof(self, finish_reason: str | None) -> None:
+        run = self.call
+        if run.phase in ("after", "close") and run.values:
+            self._finish_call(run)
+            return
+        if finish_reason == "length":
+            self.call = None
+            self.region = run.ret
+            self.sink.warn("truncated-call-dropped")
+            return
+        self._passthrough(run, "incomplete-call")
+
+    def _malformed(self, run: _CallRun, why: str) -> None:
+        if run.c.close and not run.anchored and run.phase != "skip":
+            run.phase = "skip"
+            run.repairs.append(why)
+            return
+        self._passthrough(run, why)
+
+    def _passthrough(self, run: _CallRun, why: str) -> None:
+        """Give a call that is not a call back as text, verbatim, where it stood."""
+        self.call = None
+        self.region = run.ret
+        raw = "".join(run.raw)
+        kind = "reasoning" if run.ret.kind == "reasoning" else "content"
+        self.sink.text(kind, raw)
+        if kind == "content" and raw.strip(_WS):
+            self.start_ok = False
+        if not run.anchored:
+            self.sink.warn(f"{why}-kept-as-text")
+
+    # -------------------------------------------------- tagged parameters
+
+    def _step_params(self, run: _CallRun, final: bool) -> bool:
+        pd = run.c.payload.param
+        buf, n = self.buf, len(self.buf)
+        if run.key is None and not run.value_end:
+            # between parameters: a parameter, the call's close, or the suffix
+            i = self._skip_ws(run)
+            if i >= n:
+                return False
+            for m_open in pd.open:
+                if buf.startswith(m_open, i):
+                    self._consume(run, i + len(m_open))
+                    run.key = ""
+                    run.header = []
+                    return True
+            if run.c.payload.suffix and buf.startswith(run.c.payload.suffix, i):
+                self._consume(run, i + len(run.c.payload.suffix))
+                return True
+            m = run.c.close_table.match(buf, i)
+            if m is not None:
+                self._consume(run, m.end())
+                self._finish_call(run)
+                return True
+            rest = buf[i:]
+            if not final and (any(o.startswith(rest) for o in pd.open) or
+                              run.c.close_table.is_prefix(rest) or
+                              (run.c.payload.suffix or "\0").startswith(rest)):
+                return False
+            self._malformed(run, "params-unexpected-text")
+            return True
+        if run.value_end is None:
+            # reading the key part up to key_until, then an optional value-open marker
+            if run.key == "":
+                m = pd.key_until.search(buf, self.pos)
+                if m is None:
+                    end = n if final else n - pd.key_until.holdback(buf, self.pos)
+                    run.header.append(self._consume(run, end))
+                    if sum(map(len, run.header)) > _MAX_HEADER:
+                        self._malformed(run, "param-key-too-long")
+                        return True
+                    return False
+                run.header.append(self._consume(run, m.start()))
+                self._consume(run, m.end())
+                key_text = "".join(run.header)
+                run.header = []
+                if pd.key_pattern is not None:
+                    km = pd.key_pattern.search(key_text)
+                    if km is None:
+                        self._malformed(run, "param-key-not-recognized")
+                        return True
+                    key = km.group("key")
+                    run.key_type = km.groupdict().get("type")
+                else:
+                    key = key_text.strip()
+                    run.key_type = None
+                run.key = _unescape(key, pd.unescape) if key else key
+                if not run.key:
+                    self._malformed(run, "param-without-key")
+                    return True
+            if pd.value_open:
+                i = self._skip_ws(run)
+                if i >= n:
+                    return False
+                for vo in pd.value_open:
+                    if buf.startswith(vo, i):
+                        self._consume(run, i + len(vo))
+                        break
+                else:
+                    if not final and any(vo.startswith(buf[i:]) for vo in pd.value_open):
+                        return False
+                    self._malformed(run, "param-value-missing")
+                    return True
+            run.value = []
+            run.value_end = pd.value_end(run.key, run.c.close)
+            return True
+        return self._step_value(run, pd, final)
+
+    def _step_value(self, run: _CallRun, pd: Any, final: bool) -> bool:
+        buf, pos, n = self.buf, self.pos, len(self.buf)
+        table = run.value_end
+        m = table.search(buf, pos)
+        if m is None:
+            end = n if final else n - table.holdback(buf, pos)
+            frag = self._consume(run, end)
+            run.value.append(frag)
+            self.sink.progress(run.name, frag)
+            return False
+        what = table.actions[m.group()]
+        if what == "close" and pd.confirm:
+            j = m.end()
+            while j < n and buf[j] in _WS:
+                j += 1
+            if j >= n and not final:
+                return False
+            rest = buf[j:]
+            confirmed = j >= n or pd.confirm.match(buf, j) is not None
+            if not confirmed and not final and pd.confirm.is_prefix(rest):
+                return False
+            if not confirmed:  # the close tag was text inside the value
+                run.value.append(self._consume(run, m.end()))
+                return True
+        run.value.append(self._consume(run, m.start()))
+        if what == "close":
+            self._consume(run, m.end())
+        value = "".join(run.value)
+        if pd.trim == "newline":
+            if value.startswith("\n"):
+                value = value[1:]
+            if value.endswith("\n"):
+                value = value[:-1]
+        elif pd.trim == "strip":
+            value = value.strip()
+        run.params.append((run.key, run.key_type, value))
+        run.key = None
+        run.key_type = None
+        run.value = []
+        run.value_end = None
+        return True
+
+    # -------------------------------------------------- building the calls
+
+    def _finish_call(self, run: _CallRun) -> None:
+        self.call = None
+        self.region = run.ret
+        calls = self._build(run)
+        if calls is None:
+            self._passthrough(run, "payload-not-a-call")
+            return
+        raw = "".join(run.raw)
+        for name, args, call_id, repairs in calls:
+            self.sink.call(name, args, call_id, raw, repairs)
+        if run.anchored:
+            self.start_ok = False
+
+    def _build(self, run: _CallRun) -> list[tuple[str, dict[str, Any], str | None, list[str]]] | None:
+        p = run.c.payload
+        repairs = list(run.repairs)
+        if p.kind == "params":
+            schema = _properties(self.tools.get(run.name))
+            args: dict[str, Any] = {}
+            for key, declared_attr, raw in run.params:
+                declared = p.param.types.get(declared_attr) if declared_attr is not None else None
+                if declared_attr is not None and declared is None and p.param.types:
+                    declared = "json"
+                args[key] = type_value(raw, schema.get(key), declared)
+            return [(run.name, args, run.call_id, repairs)]
+        out = []
+        for value in run.values:
+            items = value if isinstance(value, list) and (p.array or p.kind == "grammar") \
+                and run.name is None else [value]
+            for item in items:
+                built = self._one(run, item, repairs)
+                if built is None:
+                    return None
+                out.append(built)
+        return out or None
+
+    def _one(self, run: _CallRun, item: Any, repairs: list[str]) -> Any:
+        p = run.c.payload
+        if isinstance(item, tuple):  # from a grammar: (name, arguments)
+            name, args = item
+            return (name, args, None, repairs) if isinstance(args, dict) else None
+        if run.name is not None:  # the header named the tool: the value is the arguments
+            if not isinstance(item, dict):
+                return None
+            return (run.name, self._unwrap(item, run.name, repairs), run.call_id, repairs)
+        if not isinstance(item, dict):
+            return None
+        if p.name_as_key:
+            if len(item) != 1:
+                return None
+            (name, args), = item.items()
+            if not isinstance(args, dict):
+                return None
+            return (name, args, None, repairs)
+        fields = p.fields
+        name = _lookup(item, fields["name"])
+        used_key = None
+        if name is None:
+            for alt in ("function",):
+                if _KEY_REPAIRS[alt] in self.allowed and alt in item:
+                    name, used_key = item[alt], alt
+                    break
+        if isinstance(name, dict):  # {"function": {"name": ..., "arguments": ...}}
+            inner = name
+            name = inner.get("name")
+            item = {**item, **{k: v for k, v in inner.items() if k != "name"}}
+        if not isinstance(name, str) or not name:
+            return None
+        if used_key:
+            repairs.append(_KEY_REPAIRS[used_key])
+        args = _lookup(item, fields["arguments"], missing=_MISSING)
+        if args is _MISSING:
+            for alt in ("args", "parameters"):
+                if _KEY_REPAIRS[alt] in self.allowed and alt in item:
+                    args = item[alt]
+                    repairs.append(_KEY_REPAIRS[alt])
+                    break
+        if args is _MISSING or args is None or args == "":
+            args = {}
+        if isinstance(args, str):
+            if "arguments-json-string" not in self.allowed:
+                return None
+            try:
+                args = json.loads(args)
+            except ValueError:
+                return None
+            repairs.append("arguments-json-string")
+        if not isinstance(args, dict):
+            return None
+        call_id = _lookup(item, fields["id"]) if fields["id"] else None
+        return (name, self._unwrap(args, name, repairs),
+                call_id if isinstance(call_id, str) else None, repairs)
+
+    def _unwrap(self, args: dict[str, Any], name: str, repairs: list[str]) -> dict[str, Any]:
+        if "double-wrapped-arguments" in self.allowed and len(args) == 1 \
+                and isinstance(args.get("arguments"), dict) \
+                and "arguments" not in _properties(self.tools.get(name)):
+            repairs.append("double-wrapped-arguments")
+            return args["arguments"]
+        return args
+
+
+_MISSING = object()
+
+
+def _lookup(item: dict[str, Any], keys: tuple[str, ...], missing: Any = None) -> Any:
+    for key in keys:
+        node: Any = item
+        for part in key.split("."):
+            if isinstance(node, dict) and part in node:
+                node = node[part]
+            else:
+                break
+        else:
+            return node
+    return missing
+
+
+def _properties(params: Any) -> dict[str, Any]:
+    if isinstance(params, dict):
+        props = params.get("properties")
+        if isinstance(props, dict):
+            return props
+    return {}
+
+
+def _unescape(text: str, how: str | None) -> str:
+    return html.unescape(text) if how == "xml" else text

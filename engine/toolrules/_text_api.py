@@ -1,0 +1,199 @@
+"""Engine methods for raw model text: `text_parser(model=..., dialect=...)`.
+
+    parser = engine.text_parser(model="Qwen/Qwen3-8B", tools=tools,
+                                generation_prompt="<|im_start|>assistant\\n<think>\\n")
+    parser.parse(text, finish_reason="stop")        # -> ParsedResponse
+    stream = parser.stream()
+    stream.feed(delta)                              # -> list[StreamChunk]
+    stream.close(finish_reason="stop")              # -> list[StreamChunk]
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ._dialects import Dialect, compile_dialect
+from ._errors import InputTooLargeError, ParseError, UnknownRuleError
+from ._scanner import Machine, Sink
+from ._types import ParsedResponse, StreamChunk, coerce_tools
+
+__all__ = ["TextMixin", "TextParser", "TextStream"]
+
+MAX_TEXT_CHARS = 16 * 1024 * 1024
+_FALLBACK_DIALECTS = {"json": "json-fenced", "compact": "json-fenced", "parallel": "json-fenced",
+                      "markdown": "json-fenced", "xml": "xml-tags", "dialect": "auto"}
+
+
+class TextParser:
+    """Parses one model's raw output text with one dialect (reusable, thread-safe)."""
+
+    def __init__(self, dialect: Dialect, tools: dict[str, Any], repairs: frozenset[str],
+                 generation_prompt: str | None, ids: str = "random",
+                 max_chars: int = MAX_TEXT_CHARS, heuristics: Any = None):
+        self.dialect = dialect
+        self.tools = tools
+        self.repairs = repairs
+        self.generation_prompt = (generation_prompt if generation_prompt is not None
+                                  else dialect.default_prompt)
+        self.ids = ids
+        self.max_chars = max_chars
+        self.heuristics = heuristics
+
+    def _machine(self, streaming: bool) -> Machine:
+        sink = Sink(streaming, self.dialect.strip, self.tools, self.dialect.dedupe, self.ids)
+        m = Machine(self.dialect, sink, self.repairs, self.tools)
+        m.prime(self.generation_prompt)
+        return m
+
+    def parse(self, text: str, finish_reason: str | None = "stop") -> ParsedResponse:
+        """Content, reasoning and calls of a complete output."""
+        if not isinstance(text, str):
+            raise ParseError(f"model output must be text (str), not {type(text).__name__}")
+        if len(text) > self.max_chars:
+            raise InputTooLargeError(f"model output is {len(text)} characters; the limit is "
+                                     f"{self.max_chars} (text_parser(max_chars=...))")
+        m = self._machine(streaming=False)
+        m.buf = text
+        m.close(finish_reason)
+        return _result(m.sink, finish_reason, text, self.heuristics)
+
+    def stream(self) -> TextStream:
+        """A new incremental parser for one streamed output."""
+        return TextStream(self)
+
+
+class TextStream:
+    """Feed deltas, get typed chunks; work per delta is proportional to the delta."""
+
+    def __init__(self, parser: TextParser):
+        self._parser = parser
+        self._m = parser._machine(streaming=True)
+        self._closed = False
+        self._chars = 0
+        self.result: ParsedResponse | None = None
+
+    def feed(self, delta: str) -> list[StreamChunk]:
+        if self._closed:
+            raise ParseError("feed() after close()")
+        if not isinstance(delta, str):
+            raise ParseError(f"a delta must be text (str), not {type(delta).__name__}")
+        self._chars += len(delta)
+        if self._chars > self._parser.max_chars:
+            raise InputTooLargeError(f"streamed output passed {self._parser.max_chars} "
+                                     "characters (text_parser(max_chars=...))")
+        m = self._m
+        m.feed(delta)
+        out, m.sink.out = m.sink.out, []
+        return out
+
+    def close(self, finish_reason: str | None = "stop") -> list[StreamChunk]:
+        if self._closed:
+            return []
+        self._closed = True
+        m = self._m
+        m.close(finish_reason)
+        self.result = _result(m.sink, finish_reason, None, self._parser.heuristics)
+        out, m.sink.out = m.sink.out, []
+        if self._parser.heuristics and self.result.tool_calls and not m.sink.calls:
+            out.extend(_heuristic_chunks(self.result))
+        return out
+
+
+def _result(sink: Sink, finish_reason: str | None, raw: str | None,
+            heuristics: Any) -> ParsedResponse:
+    content = "".join(sink.parts["content"]) or None
+    reasoning = "".join(sink.parts["reasoning"]) or None
+    calls = tuple(sink.calls)
+    warnings = list(sink.warnings)
+    if heuristics and not calls and content:
+        found = heuristics(content)
+        if found:
+            calls = tuple(found)
+            warnings.append("calls-inferred-from-text")
+    return ParsedResponse(content=content, reasoning_content=reasoning, tool_calls=calls,
+                          finish_reason=finish_reason, repairs=tuple(sink.repairs), raw=raw,
+                          warnings=tuple(warnings))
+
+
+def _heuristic_chunks(result: ParsedResponse) -> list[StreamChunk]:
+    from ._types import StreamChunkType
+
+    out = []
+    for i, call in enumerate(result.tool_calls):
+        out.append(StreamChunk(StreamChunkType.TOOL_START, index=i, tool_call_id=call.id,
+                               tool_name=call.name))
+        out.append(StreamChunk(StreamChunkType.TOOL_ARGS, index=i, tool_call_id=call.id,
+                               tool_name=call.name, args_delta=call.arguments_json()))
+        out.append(StreamChunk(StreamChunkType.TOOL_END, index=i, tool_call_id=call.id,
+                               tool_name=call.name, arguments=call.arguments))
+    return out
+
+
+class TextMixin:
+    """text_parser / dialect lookup."""
+
+    def dialect(self, name: str) -> Dialect:
+        """The compiled dialect `name` (rules/dialects/<name>.yaml)."""
+        cache: dict[str, Dialect] = self._cached("dialects", dict)  # type: ignore[attr-defined]
+        d = cache.get(name)
+        if d is None:
+            rf = self.ruleset.get("dialect", name)  # type: ignore[attr-defined]
+            if rf is None:
+                raise UnknownRuleError("dialect", name, self.ruleset.ids("dialect"))  # type: ignore[attr-defined]
+            d = compile_dialect(name, rf.data)
+            d.grammar_parsers = {}
+            for g in d.grammars:
+                d.grammar_parsers[g] = self._grammar(g)
+            cache[name] = d
+        return d
+
+    def _grammar(self, name: str) -> Any:
+        from ._grammars import build_grammar
+
+        asset = self.ruleset.grammars.get(name)  # type: ignore[attr-defined]
+        if asset is None:
+            raise UnknownRuleError("grammar", name, list(self.ruleset.grammars))  # type: ignore[attr-defined]
+        return build_grammar(asset.text, [str(asset.path.parent)])
+
+    def dialect_for(self, model: str | None = None, dialect: str | None = None) -> str:
+        """The dialect id used for `model`: its own, or the one its emulation style asks for."""
+        if dialect:
+            return dialect
+        if model is None:
+            return "auto"
+        cap = self.capability(model)  # type: ignore[attr-defined]
+        if cap.dialect:
+            return cap.dialect
+        table = self.ruleset.table("emulation") or {}  # type: ignore[attr-defined]
+        styles = table.get("styles") if isinstance(table, dict) else None
+        if isinstance(styles, dict) and isinstance(styles.get(cap.emulation_style), dict):
+            name = styles[cap.emulation_style].get("dialect")
+            if name:
+                return name
+        return _FALLBACK_DIALECTS.get(cap.emulation_style, "auto")
+
+    def text_parser(self, model: str | None = None, tools: Any = None, *,
+                    dialect: str | None = None, generation_prompt: str | None = None,
+                    repairs: Any = None, ids: str = "random", max_chars: int = MAX_TEXT_CHARS,
+                    heuristics: bool = False) -> TextParser:
+        """A parser for `model`'s raw output (its dialect), or for `dialect` directly.
+
+        Allowed repairs are the dialect's plus the model's quirks (plus `repairs`).
+        `heuristics=True` also infers calls from prose ("I'll use the X tool") when no
+        structured call is found (off by default: it guesses).
+        """
+        name = self.dialect_for(model, dialect)
+        d = self.dialect(name)
+        allowed = set(d.repairs)
+        if model is not None:
+            allowed |= set(self.capability(model).quirks)  # type: ignore[attr-defined]
+        if repairs:
+            allowed |= set(repairs)
+        tool_map = {t.name: t.parameters for t in coerce_tools(tools)}
+        finder = None
+        if heuristics:
+            from ._heuristics import heuristic_finder
+
+            finder = heuristic_finder(self, tool_map)
+        return TextParser(d, tool_map, frozenset(allowed), generation_prompt, ids=ids,
+                          max_chars=max_chars, heuristics=finder)

@@ -49,11 +49,25 @@ class MarkerTable:
         self.prefixes = frozenset(m[:k] for m in markers for k in range(1, len(m)))
         self.maxlen = max((len(m) for m in markers), default=0)
 
-    def search(self, buf: str, pos: int) -> re.Match[str] | None:
-        return self.regex.search(buf, pos) if self.regex is not None else None
+    def search(self, buf: str, pos: int, final: bool = True) -> re.Match[str] | None:
+        """The leftmost (longest) marker from pos; while streaming, None if that match
+        could still grow into a longer marker (``` now, ```json once more text arrives)."""
+        if self.regex is None:
+            return None
+        m = self.regex.search(buf, pos)
+        if m is not None and not final and len(buf) - m.start() < self.maxlen \
+                and buf[m.start():] in self.prefixes:
+            return None
+        return m
 
-    def match(self, buf: str, pos: int) -> re.Match[str] | None:
-        return self.regex.match(buf, pos) if self.regex is not None else None
+    def match(self, buf: str, pos: int, final: bool = True) -> re.Match[str] | None:
+        if self.regex is None:
+            return None
+        m = self.regex.match(buf, pos)
+        if m is not None and not final and len(buf) - pos < self.maxlen \
+                and buf[pos:] in self.prefixes:
+            return None
+        return m
 
     def holdback(self, buf: str, start: int) -> int:
         """Length of the longest tail of buf[start:] that could begin a marker."""
@@ -120,13 +134,14 @@ class PayloadDef:
         self.fence = bool(spec.get("fence"))
         self.suffix = spec.get("suffix")
         self.param = ParamDef(spec["param"]) if spec.get("param") else None
+        self.json = bool(spec.get("json"))  # params payloads: a JSON object may stand instead
         self.grammar = spec.get("grammar")
         self.delimited = False
         if self.kind == "grammar":
             quotes = [tuple(q) for q in spec.get("strings") or (('"', '"', True), ("'", "'", True))]
             brackets = spec.get("brackets", "()[]{}")
             self.starts = spec.get("starts") or "[{("
-            self.delimited = not any(c in brackets for c in self.starts)
+            self.delimited = bool(spec.get("until_close"))
             self.spec = BalancedSpec(quotes, brackets, stops)
         else:
             self.starts = spec.get("starts") or "{["
@@ -162,10 +177,12 @@ class CallDef:
         payload = spec.get("payload") or {"kind": "json"}
         self.payload = PayloadDef(payload, self.close, lenient)
         kept: list[str] = list(self.close)
-        if self.payload.param is not None:
-            kept += self.payload.param.open
         self.header = HeaderDef(spec["header"], kept) if spec.get("header") else None
         self.fixed_name = fixed_name
+        # eligible for the whole-text fast path: open, one JSON value, close
+        p = self.payload
+        self.fast = (self.header is None and p.kind == "json" and bool(self.close)
+                     and not p.separator and not p.fence and not p.suffix and bool(self.open))
         self.name_group = None  # for calls built from message routes
 
 
@@ -288,7 +305,8 @@ class Dialect:
         self.messages = m
         starts = _as_list(msg.get("start"))
         ends = _as_list(msg.get("end"))
-        between = Region("between", "between")
+        between = Region("between" if msg.get("outside", "drop") == "drop" else "content",
+                         "between")
         self.regions.append(between)
         between.exits = MarkerTable([(s, ("header", m)) for s in starts] +
                                     [(d, ("drop",)) for d in drop])

@@ -61,6 +61,12 @@ def _unquote(token: str) -> str:
     return "".join(out)
 
 
+def _raw(text: str) -> str:
+    """Text between a token's own delimiters (<|"|>...<|"|>, '...', "..."), taken as is."""
+    m = re.fullmatch(r"(<\|[^|]{0,8}\|>|['\"])(.*)\1", text, re.S)
+    return m.group(2) if m else text
+
+
 def _number(text: str) -> int | float:
     try:
         return int(text)
@@ -100,9 +106,7 @@ def tree_to_value(node: Any) -> Any:
     if kind == "string":
         return _unquote(str(kids[0]))
     if kind == "rawstring":
-        text = str(kids[0])
-        m = re.fullmatch(r"(<\|[^|]*\|>|['\"])(.*)\1", text, re.S)
-        return m.group(2) if m else text
+        return _raw(str(kids[0]))
     if kind == "number":
         return _number(str(kids[0]))
     if kind == "true":
@@ -112,7 +116,7 @@ def tree_to_value(node: Any) -> Any:
     if kind == "null":
         return None
     if kind in ("name", "key"):
-        return str(kids[0]).strip()
+        return _raw(str(kids[0])).strip()
     raise ValueError(f"grammar rule {kind!r} is not in the value vocabulary")
 
 

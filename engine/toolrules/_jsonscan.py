@@ -90,6 +90,12 @@ class Balanced:
             if self.quote >= 0:
                 m = spec.inside[self.quote].search(buf, pos)
                 if m is None:
+                    close = spec.quotes[self.quote].close
+                    if final or len(close) == 1:
+                        return n, "more"
+                    for k in range(min(len(close) - 1, n - pos), 0, -1):
+                        if buf.endswith(close[:k]):
+                            return n - k, "more"
                     return n, "more"
                 tok = m.group()
                 if tok == "\\":  # a backslash at the very end: wait for its partner

@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import html
 import json
+import re
+import itertools
 import secrets
 from typing import Any
 
@@ -24,8 +26,11 @@ from ._values import type_value
 __all__ = ["Machine", "Sink"]
 
 _WS = " \t\r\n"
+_WS_RUN = re.compile(r"[ \t\r\n]*")
 _DECODER = json.JSONDecoder()
 _MAX_HEADER = 4096
+_ID_PREFIX = secrets.token_hex(5)  # unique per process; the counter makes ids unique in it
+_ID_COUNTER = itertools.count(1)
 _KEY_REPAIRS = {"function": "function-key", "args": "args-key", "parameters": "parameters-key"}
 
 _TEXT = StreamChunkType.TEXT
@@ -34,6 +39,9 @@ _REASONING = StreamChunkType.REASONING
 
 class Sink:
     """Receives scanner events; streams chunks or collects a parse result."""
+
+    __slots__ = ("calls", "dedupe", "deferred", "ids", "muted", "out", "parts", "pending_ws",
+                 "repairs", "seen", "started", "streaming", "strip", "tools", "warnings")
 
     def __init__(self, streaming: bool, strip: bool, tools: dict[str, Any], dedupe: bool,
                  ids: str):
@@ -49,7 +57,7 @@ class Sink:
         self.calls: list[ToolCall] = []
         self.repairs: list[str] = []
         self.warnings: list[str] = []
-        self.seen: set[str] = set()
+        self.seen: set[str] | None = None
         self.deferred: list[tuple[Any, ...]] | None = None
         self.muted = False
 
@@ -97,11 +105,12 @@ class Sink:
 
     def _call(self, name: str, arguments: dict[str, Any], call_id: str | None,
               repairs: list[str]) -> None:
-        args_json = json.dumps(arguments, ensure_ascii=False)
         if self.dedupe:
             key = name + "\0" + json.dumps(arguments, sort_keys=True, ensure_ascii=False)
+            if self.seen is None:
+                self.seen = set()
             if key in self.seen:
-                self.warnings.append(f"duplicate-call-dropped: {name}")
+                self.warn(f"duplicate-call-dropped: {name}")
                 return
             self.seen.add(key)
         for r in repairs:
@@ -111,10 +120,12 @@ class Sink:
             self.warnings.append(f"unknown-tool: {name}")
         index = len(self.calls)
         if call_id is None:
-            call_id = f"call_{index}" if self.ids == "sequential" else f"call_{secrets.token_hex(8)}"
+            call_id = f"call_{index}" if self.ids == "sequential" else \
+                f"call_{_ID_PREFIX}{next(_ID_COUNTER):x}"
         call = ToolCall(id=call_id, name=name, arguments=arguments)
         self.calls.append(call)
         if self.streaming:
+            args_json = json.dumps(arguments, ensure_ascii=False)
             self.out.append(StreamChunk(StreamChunkType.TOOL_START, index=index,
                                         tool_call_id=call_id, tool_name=name))
             self.out.append(StreamChunk(StreamChunkType.TOOL_ARGS, index=index,
@@ -147,9 +158,6 @@ class Sink:
                 self._text("reasoning", ev[4])
             else:
                 self._call(ev[1], ev[2], ev[3], ev[5])
-
-    def finish(self) -> None:
-        self.pending_ws = {"content": "", "reasoning": ""}
 
 
 class _CallRun:
@@ -191,6 +199,9 @@ class _CallRun:
 class Machine:
     """Runs one dialect over one output (and, first, over the generation prompt)."""
 
+    __slots__ = ("allowed", "buf", "call", "d", "final", "header", "header_msg", "pos",
+                 "region", "sink", "start_ok", "tools", "undecided")
+
     def __init__(self, dialect: Dialect, sink: Sink, repairs: frozenset[str],
                  tools: dict[str, Any]):
         self.d = dialect
@@ -205,7 +216,7 @@ class Machine:
         self.header_msg: Any = None
         self.start_ok = True
         self.undecided: list[str] = []
-        self.total = 0
+        self.final = False
 
     # ------------------------------------------------------------ driving
 
@@ -222,6 +233,13 @@ class Machine:
             self.region = self.d.undecided
         self.start_ok = True
 
+    def start_state(self) -> tuple[Any, ...]:
+        """What prime() decided, to start later machines without scanning the prompt again."""
+        return (self.region, None if self.header is None else list(self.header), self.header_msg)
+
+    def restore(self, state: tuple[Any, ...]) -> None:
+        self.region, header, self.header_msg = state
+        self.header = None if header is None else list(header)
     def feed(self, delta: str) -> None:
         self.buf += delta
         self._run(final=False)
@@ -237,9 +255,10 @@ class Machine:
             self._flush_undecided("content")
         if self.sink.deferred is not None:
             self.sink.resolve(calls_are_text=False)
-        self.sink.finish()
+        # trailing whitespace still pending in the sink is dropped (strip semantics)
 
     def _run(self, final: bool) -> None:
+        self.final = final
         while True:
             if self.call is not None:
                 progressed = self._step_call(final)
@@ -299,12 +318,27 @@ class Machine:
                         self._begin_call(c, r, anchored=True)
                         return True
             self.start_ok = False
-        m = r.exits.search(buf, pos)
+        exits = r.exits
+        if final:
+            m = exits.regex.search(buf, pos) if exits.regex is not None else None
+        else:
+            m = exits.search(buf, pos, final)
         if m is not None:
-            if m.start() > pos:
-                self._emit(r, buf[pos:m.start()])
+            start = m.start()
+            if start > pos:
+                kind = r.kind
+                if kind == "content":
+                    text = buf[pos:start]
+                    self.sink.text("content", text)
+                    if self.start_ok and text.strip(_WS):
+                        self.start_ok = False
+                elif kind == "reasoning":
+                    self.sink.text("reasoning", buf[pos:start])
+                else:
+                    self._emit(r, buf[pos:start])
             self.pos = m.end()
-            self._act(r, r.exits.actions[m.group()], m.group())
+            marker = m.group()
+            self._act(r, exits.actions[marker], marker)
             return True
         end = n if final else n - r.exits.holdback(buf, pos)
         if end > pos:
@@ -325,6 +359,8 @@ class Machine:
             tentative = r.kind == "reasoning" and r.tentative
             if tentative:
                 self.sink.defer()
+            elif self.final and c.fast and self._fast_call(c, r, marker):
+                return
             self._begin_call(c, r, anchored=False, marker=marker, tentative=tentative)
         elif kind == "header":
             self.header = []
@@ -342,7 +378,7 @@ class Machine:
         buf, pos = self.buf, self.pos
         n = len(buf)
         msg = self.header_msg
-        m = msg.header_end.search(buf, pos)
+        m = msg.header_end.search(buf, pos, final)
         if m is None:
             end = n if final else n - msg.header_end.holdback(buf, pos)
             if end > pos:
@@ -381,6 +417,41 @@ class Machine:
 
     # ------------------------------------------------------------ calls
 
+    def _fast_call(self, c: CallDef, ret: Region, marker: str) -> bool:
+        """The whole text is at hand and the call is `open JSON close`: read it in one go.
+
+        Only the plain success path is taken here; anything else (a repair, junk, a
+        missing close marker) falls back to the general scanner, so results are the same.
+        """
+        buf = self.buf
+        start = _WS_RUN.match(buf, self.pos).end()
+        if start >= len(buf) or buf[start] not in c.payload.starts:
+            return False
+        try:
+            value, end = _DECODER.raw_decode(buf, start)
+        except ValueError:
+            return False
+        m = c.close_table.regex.match(buf, _WS_RUN.match(buf, end).end())
+        if m is None:
+            return False
+        repairs: list[str] = []
+        if type(value) is dict:
+            built = self._one(c.payload, None, None, value, repairs)
+            if built is None:
+                return False
+            calls = [built]
+        elif type(value) is list and c.payload.array:
+            calls = [self._one(c.payload, None, None, v, repairs) for v in value]
+            if not calls or None in calls:
+                return False
+        else:
+            return False
+        raw = marker + buf[self.pos:m.end()]
+        self.pos = m.end()
+        for name, args, call_id, reps in calls:
+            self.sink.call(name, args, call_id, raw, reps)
+        return True
+
     def _begin_call(self, c: CallDef, ret: Region, anchored: bool, marker: str = "",
                     tentative: bool = False) -> _CallRun:
         run = _CallRun(c, ret, anchored, tentative)
@@ -412,11 +483,10 @@ class Machine:
         return text
 
     def _skip_ws(self, run: _CallRun) -> int:
-        buf, i, n = self.buf, self.pos, len(self.buf)
-        while i < n and buf[i] in _WS:
-            i += 1
+        i = _WS_RUN.match(self.buf, self.pos).end()
         if i > self.pos:
-            self._consume(run, i)
+            run.raw.append(self.buf[self.pos:i])
+            self.pos = i
         return i
 
     def _step_header_call(self, run: _CallRun, final: bool) -> bool:
@@ -432,7 +502,16 @@ class Machine:
             if i < n and buf[i] in run.c.payload.starts:
                 run.phase = "payload"
                 return True
-        m = h.ends.search(buf, pos)
+        if not run.header:
+            i = pos
+            while i < n and buf[i] in _WS:
+                i += 1
+            if i > pos:
+                self._consume(run, i)
+                pos = i
+            if i >= n:
+                return False
+        m = h.ends.search(buf, pos, final)
         if m is None:
             end = n if final else n - h.ends.holdback(buf, pos)
             if end > pos:
@@ -512,7 +591,7 @@ class Machine:
                         return True
         pos = self.pos
         if p.delimited:
-            m = run.c.close_table.search(buf, pos)  # grammar text up to the close marker
+            m = run.c.close_table.search(buf, pos, final)  # grammar text up to the close
             if m is None:
                 end = n if final else n - run.c.close_table.holdback(buf, pos)
                 frag = self._consume(run, end)
@@ -592,7 +671,7 @@ class Machine:
             return True
         if i >= n:
             return False
-        m = c.close_table.match(buf, i)
+        m = c.close_table.match(buf, i, final)
         if m is not None:
             self._consume(run, m.end())
             self._finish_call(run)
@@ -603,7 +682,7 @@ class Machine:
         # not our close marker: fine if a marker of the region we return to follows
         # (the close was omitted, e.g. the next call starts), otherwise malformed
         exits = run.ret.exits
-        if exits.match(buf, i) is not None:
+        if exits.match(buf, i, final) is not None:
             self._finish_call(run)
             return True
         if not final and exits.is_prefix(rest):
@@ -614,7 +693,7 @@ class Machine:
     def _step_skip(self, run: _CallRun, final: bool) -> bool:
         """Malformed call: consume through its close marker, then give it back as text."""
         buf = self.buf
-        m = run.c.close_table.search(buf, self.pos)
+        m = run.c.close_table.search(buf, self.pos, final)
         if m is None:
             end = len(buf) if final else len(buf) - run.c.close_table.holdback(buf, self.pos)
             self._consume(run, end)
@@ -664,20 +743,29 @@ class Machine:
             i = self._skip_ws(run)
             if i >= n:
                 return False
+            if run.c.payload.json and not run.params and not run.values \
+                    and buf[i] in run.c.payload.starts:
+                run.phase = "payload"
+                return True
+            rest = buf[i:i + 64]
+            suffix = run.c.payload.suffix or ""
+            if not final and ((len(rest) < len(suffix) and suffix.startswith(rest)) or
+                              run.c.close_table.is_prefix(rest)):
+                return False  # could still become the suffix or the close marker
+            if suffix and buf.startswith(suffix, i):
+                self._consume(run, i + len(run.c.payload.suffix))
+                return True
+            m = run.c.close_table.match(buf, i, final)
+            if m is not None:
+                self._consume(run, m.end())
+                self._finish_call(run)
+                return True
             for m_open in pd.open:
                 if buf.startswith(m_open, i):
                     self._consume(run, i + len(m_open))
                     run.key = ""
                     run.header = []
                     return True
-            if run.c.payload.suffix and buf.startswith(run.c.payload.suffix, i):
-                self._consume(run, i + len(run.c.payload.suffix))
-                return True
-            m = run.c.close_table.match(buf, i)
-            if m is not None:
-                self._consume(run, m.end())
-                self._finish_call(run)
-                return True
             rest = buf[i:]
             if not final and (any(o.startswith(rest) for o in pd.open) or
                               run.c.close_table.is_prefix(rest) or
@@ -688,7 +776,7 @@ class Machine:
         if run.value_end is None:
             # reading the key part up to key_until, then an optional value-open marker
             if run.key == "":
-                m = pd.key_until.search(buf, self.pos)
+                m = pd.key_until.search(buf, self.pos, final)
                 if m is None:
                     end = n if final else n - pd.key_until.holdback(buf, self.pos)
                     run.header.append(self._consume(run, end))
@@ -735,7 +823,7 @@ class Machine:
     def _step_value(self, run: _CallRun, pd: Any, final: bool) -> bool:
         buf, pos, n = self.buf, self.pos, len(self.buf)
         table = run.value_end
-        m = table.search(buf, pos)
+        m = table.search(buf, pos, final)
         if m is None:
             end = n if final else n - table.holdback(buf, pos)
             frag = self._consume(run, end)
@@ -750,7 +838,7 @@ class Machine:
             if j >= n and not final:
                 return False
             rest = buf[j:]
-            confirmed = j >= n or pd.confirm.match(buf, j) is not None
+            confirmed = j >= n or pd.confirm.match(buf, j, final) is not None
             if not confirmed and not final and pd.confirm.is_prefix(rest):
                 return False
             if not confirmed:  # the close tag was text inside the value
@@ -792,7 +880,7 @@ class Machine:
     def _build(self, run: _CallRun) -> list[tuple[str, dict[str, Any], str | None, list[str]]] | None:
         p = run.c.payload
         repairs = list(run.repairs)
-        if p.kind == "params":
+        if p.kind == "params" and not run.values:
             schema = _properties(self.tools.get(run.name))
             args: dict[str, Any] = {}
             for key, declared_attr, raw in run.params:
@@ -806,22 +894,22 @@ class Machine:
             items = value if isinstance(value, list) and (p.array or p.kind == "grammar") \
                 and run.name is None else [value]
             for item in items:
-                built = self._one(run, item, repairs)
+                built = self._one(p, run.name, run.call_id, item, repairs)
                 if built is None:
                     return None
                 out.append(built)
         return out or None
 
-    def _one(self, run: _CallRun, item: Any, repairs: list[str]) -> Any:
-        p = run.c.payload
+    def _one(self, p: Any, header_name: str | None, header_id: str | None, item: Any,
+             repairs: list[str]) -> Any:
         if isinstance(item, tuple):  # from a grammar: (name, arguments)
             name, args = item
             return (name, args, None, repairs) if isinstance(args, dict) else None
-        if run.name is not None:  # the header named the tool: the value is the arguments
+        if header_name is not None:  # the header named the tool: the value is the arguments
             if not isinstance(item, dict):
                 return None
-            return (run.name, self._unwrap(item, run.name, repairs), run.call_id, repairs)
-        if not isinstance(item, dict):
+            return (header_name, self._unwrap(item, header_name, repairs), header_id, repairs)
+        if not isinstance(item, dict) or (p.fields is None and not p.name_as_key):
             return None
         if p.name_as_key:
             if len(item) != 1:
@@ -883,6 +971,10 @@ _MISSING = object()
 
 def _lookup(item: dict[str, Any], keys: tuple[str, ...], missing: Any = None) -> Any:
     for key in keys:
+        if key in item:
+            return item[key]
+        if "." not in key:
+            continue
         node: Any = item
         for part in key.split("."):
             if isinstance(node, dict) and part in node:

@@ -73,12 +73,15 @@ _PAYLOAD = {
         "fence": _bool("accept a ```json fence around the payload"),
         "suffix": _str("literal skipped after the payload", "suffix: '```'"),
         "param": _PARAM,
+        "json": _bool("a params payload may be a JSON object instead (arguments, or a whole "
+                      "call when the header is skipped)"),
         "grammar": _str("a Lark grammar in grammars/", "grammar: pythonic.lark"),
         "strings": {"type": "list", **_doc("string delimiters: [open, close, backslash-escapes]",
                                            "strings: [['\"', '\"', true]]"),
                     "schema": {"type": "list", "minlength": 3, "maxlength": 3}},
         "brackets": _str("bracket characters that nest", "brackets: '()[]{}'"),
         "starts": _str("characters a payload may start with", "starts: '['"),
+        "until_close": _bool("a grammar payload runs to the call's close marker (not bracketed)"),
     },
 }
 
@@ -163,6 +166,8 @@ DIALECT_SCHEMA: dict[str, Any] = {
             "header_end": {**_markers("marker ending the header", "header_end: '<|message|>'"),
                            "required": True},
             "end": _markers("markers ending a message body", "end: ['<|end|>']"),
+            "outside": _str("what text outside any message is", "outside: content",
+                            allowed=["content", "drop"]),
             "routes": {"type": "list", "schema": _ROUTE, "required": True,
                        **_doc("ordered header routes; the first match decides")},
         },
@@ -175,3 +180,20 @@ DIALECT_SCHEMA: dict[str, Any] = {
 }
 
 KIND_SCHEMAS = {"dialect": DIALECT_SCHEMA}
+
+HEURISTICS_SCHEMA: dict[str, Any] = {
+    "description": _str("what these patterns are for"),
+    "patterns": {
+        "type": "list", **_doc("regexes over prose; group `name` must be an offered tool"),
+        "schema": {"type": "dict", "schema": {
+            "pattern": {**_str("regex with a (?P<name>...) group",
+                               "pattern: 'use the (?P<name>\\w+) tool'"), "required": True},
+            "arguments": {"type": "dict", "keysrules": {"type": "string"},
+                          "valuesrules": {"type": "string"},
+                          **_doc("regex group -> parameter name", "arguments: {path: path}")},
+            "note": _str("why"),
+        }},
+    },
+}
+
+TABLE_SCHEMAS = {"heuristics": HEURISTICS_SCHEMA}

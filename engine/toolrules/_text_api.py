@@ -38,11 +38,14 @@ class TextParser:
         self.ids = ids
         self.max_chars = max_chars
         self.heuristics = heuristics
+        probe = Machine(dialect, Sink(False, dialect.strip, tools, False, ids), repairs, tools)
+        probe.prime(self.generation_prompt)
+        self._start = probe.start_state()  # the prompt is scanned once, not per parse
 
     def _machine(self, streaming: bool) -> Machine:
         sink = Sink(streaming, self.dialect.strip, self.tools, self.dialect.dedupe, self.ids)
         m = Machine(self.dialect, sink, self.repairs, self.tools)
-        m.prime(self.generation_prompt)
+        m.restore(self._start)
         return m
 
     def parse(self, text: str, finish_reason: str | None = "stop") -> ParsedResponse:
@@ -101,18 +104,18 @@ class TextStream:
 
 def _result(sink: Sink, finish_reason: str | None, raw: str | None,
             heuristics: Any) -> ParsedResponse:
-    content = "".join(sink.parts["content"]) or None
-    reasoning = "".join(sink.parts["reasoning"]) or None
+    parts = sink.parts
+    content = "".join(parts["content"]) or None
+    reasoning = "".join(parts["reasoning"]) or None
     calls = tuple(sink.calls)
-    warnings = list(sink.warnings)
+    warnings = sink.warnings
     if heuristics and not calls and content:
         found = heuristics(content)
         if found:
             calls = tuple(found)
-            warnings.append("calls-inferred-from-text")
-    return ParsedResponse(content=content, reasoning_content=reasoning, tool_calls=calls,
-                          finish_reason=finish_reason, repairs=tuple(sink.repairs), raw=raw,
-                          warnings=tuple(warnings))
+            warnings = [*warnings, "calls-inferred-from-text"]
+    return ParsedResponse(content, reasoning, calls, finish_reason, tuple(sink.repairs), raw,
+                          tuple(warnings))
 
 
 def _heuristic_chunks(result: ParsedResponse) -> list[StreamChunk]:

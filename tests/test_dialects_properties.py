@@ -90,3 +90,39 @@ def test_random_unicode_never_crashes(engine, text):
         parser = engine.text_parser(dialect=dialect)
         parser.parse(text)
         parser.parse(text, finish_reason="length")
+
+
+def _bound(dialect) -> int:
+    longest = max((len(m) for m in dialect_markers(dialect)), default=1)
+    return longest + 24
+
+
+ADVERSARIAL = [
+    " " * 3000 + "x",
+    "\n" * 2000 + "<tool_call>" + " " * 2000 + "{" + '"a": "' + "y" * 3000 + '"}',
+    "[" * 500 + "]" * 500,
+    "{" * 800,
+    '{"name": "f", "arguments": {"s": "' + "\\\\" * 1500 + '"}}',
+    "<" * 2000,
+    "<tool_ca" * 300,
+    "<parameter=x>" + "v" * 2000 + "</parameter>" + " " * 2000 + "z",
+    "<|close|>argument<|sep|>" * 200,
+]
+
+
+@pytest.mark.parametrize("dialect", sorted(
+    p.name.removesuffix(".yaml") for p in (REPO / "rules" / "dialects").glob("*.yaml")))
+def test_streaming_holds_back_only_a_possible_marker(engine, dialect):
+    """Linear time, structurally: after every 1-character delta the scanner keeps at most a
+    possible marker prefix unconsumed, so no delta ever re-scans the accumulated text."""
+    d = engine.dialect(dialect)
+    bound = _bound(d)
+    parser = engine.text_parser(dialect=dialect)
+    for text in ADVERSARIAL:
+        st = parser.stream()
+        worst = 0
+        for ch in text:
+            st.feed(ch)
+            worst = max(worst, len(st._m.buf))
+        st.close()
+        assert worst <= bound, (dialect, text[:40], worst, bound)

@@ -164,7 +164,7 @@ class _CallRun:
     """Per-call scanning state."""
 
     __slots__ = ("anchored", "bal", "c", "call_id", "header", "key", "key_type", "name", "params",
-                 "payload", "phase", "raw", "repairs", "ret", "started", "tentative",
+                 "payload", "phase", "raw", "repairs", "ret", "started", "tentative", "confirming",
                  "value", "value_end", "values")
 
     def __init__(self, c: CallDef, ret: Region, anchored: bool, tentative: bool):
@@ -186,6 +186,7 @@ class _CallRun:
         self.key_type: str | None = None
         self.value: list[str] = []
         self.value_end: MarkerTable | None = None
+        self.confirming: list[str] | None = None
         if c.header is not None:
             self.phase = "header"
         elif c.payload.kind == "params":
@@ -199,7 +200,7 @@ class _CallRun:
 class Machine:
     """Runs one dialect over one output (and, first, over the generation prompt)."""
 
-    __slots__ = ("allowed", "buf", "call", "d", "final", "header", "header_msg", "pos",
+    __slots__ = ("allowed", "buf", "call", "d", "final", "header", "header_msg", "lead", "pos",
                  "region", "sink", "start_ok", "tools", "undecided")
 
     def __init__(self, dialect: Dialect, sink: Sink, repairs: frozenset[str],
@@ -216,6 +217,7 @@ class Machine:
         self.header_msg: Any = None
         self.start_ok = True
         self.undecided: list[str] = []
+        self.lead: list[str] = []
         self.final = False
 
     # ------------------------------------------------------------ driving
@@ -304,9 +306,11 @@ class Machine:
         if pos >= n:
             return False
         if r.start_calls and self.start_ok and not self.sink.has_content():
-            i = pos
-            while i < n and buf[i] in _WS:
-                i += 1
+            # leading whitespace is held (consumed once) until we know if a call starts
+            i = _WS_RUN.match(buf, pos).end()
+            if i > pos:
+                self.lead.append(buf[pos:i])
+                self.pos = pos = i
             if i >= n and not final:
                 return False
             if i < n:
@@ -315,9 +319,16 @@ class Machine:
                         if r.kind == "undecided":
                             self._flush_undecided("content")
                             self.region = r = self.d.content
-                        self._begin_call(c, r, anchored=True)
+                        run = self._begin_call(c, r, anchored=True)
+                        run.raw.extend(self.lead)
+                        self.lead = []
                         return True
             self.start_ok = False
+            if self.lead:
+                lead, self.lead = "".join(self.lead), []
+                self._emit(r, lead)
+            if pos >= n:
+                return False
         exits = r.exits
         if final:
             m = exits.regex.search(buf, pos) if exits.regex is not None else None
@@ -494,9 +505,8 @@ class Machine:
         buf, pos = self.buf, self.pos
         n = len(buf)
         if h.optional and not run.header:
-            i = pos
-            while i < n and buf[i] in _WS:
-                i += 1
+            i = self._skip_ws(run)
+            pos = self.pos
             if i >= n and not final:
                 return False
             if i < n and buf[i] in run.c.payload.starts:
@@ -822,6 +832,21 @@ class Machine:
 
     def _step_value(self, run: _CallRun, pd: Any, final: bool) -> bool:
         buf, pos, n = self.buf, self.pos, len(self.buf)
+        if run.confirming is not None:
+            # a close tag was seen; it only counts if a structural tag follows it
+            i = _WS_RUN.match(buf, pos).end()
+            if i > pos:
+                run.confirming.append(self._consume(run, i))
+            if i >= n and not final:
+                return False
+            if i < n and pd.confirm.match(buf, i, final) is None:
+                if not final and pd.confirm.is_prefix(buf[i:]):
+                    return False
+                run.value.extend(run.confirming)  # it was text inside the value
+                run.confirming = None
+                return True
+            run.confirming = None
+            return self._end_value(run, pd)
         table = run.value_end
         m = table.search(buf, pos, final)
         if m is None:
@@ -831,22 +856,15 @@ class Machine:
             self.sink.progress(run.name, frag)
             return False
         what = table.actions[m.group()]
-        if what == "close" and pd.confirm:
-            j = m.end()
-            while j < n and buf[j] in _WS:
-                j += 1
-            if j >= n and not final:
-                return False
-            rest = buf[j:]
-            confirmed = j >= n or pd.confirm.match(buf, j, final) is not None
-            if not confirmed and not final and pd.confirm.is_prefix(rest):
-                return False
-            if not confirmed:  # the close tag was text inside the value
-                run.value.append(self._consume(run, m.end()))
-                return True
         run.value.append(self._consume(run, m.start()))
+        if what == "close" and pd.confirm:
+            run.confirming = [self._consume(run, m.end())]
+            return True
         if what == "close":
             self._consume(run, m.end())
+        return self._end_value(run, pd)
+
+    def _end_value(self, run: _CallRun, pd: Any) -> bool:
         value = "".join(run.value)
         if pd.trim == "newline":
             if value.startswith("\n"):

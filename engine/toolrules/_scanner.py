@@ -31,6 +31,8 @@ _DECODER = json.JSONDecoder()
 _MAX_HEADER = 4096
 _ID_PREFIX = secrets.token_hex(5)  # unique per process; the counter makes ids unique in it
 _ID_COUNTER = itertools.count(1)
+_PROBE_CHARS = 512
+_NAME_PROBE = re.compile(r'"([A-Za-z_]+)"\s*:\s*"([^"\\]{1,128})"')
 _KEY_REPAIRS = {"function": "function-key", "args": "args-key", "parameters": "parameters-key"}
 
 _TEXT = StreamChunkType.TEXT
@@ -164,7 +166,8 @@ class _CallRun:
     """Per-call scanning state."""
 
     __slots__ = ("anchored", "bal", "c", "call_id", "header", "key", "key_type", "name", "params",
-                 "payload", "phase", "raw", "repairs", "ret", "started", "tentative", "confirming",
+                 "payload", "phase", "probe", "progress_name", "raw", "repairs", "ret", "started",
+                 "tentative", "confirming",
                  "value", "value_end", "values")
 
     def __init__(self, c: CallDef, ret: Region, anchored: bool, tentative: bool):
@@ -187,6 +190,8 @@ class _CallRun:
         self.value: list[str] = []
         self.value_end: MarkerTable | None = None
         self.confirming: list[str] | None = None
+        self.probe = 0
+        self.progress_name: str | None = None
         if c.header is not None:
             self.phase = "header"
         elif c.payload.kind == "params":
@@ -614,7 +619,13 @@ class Machine:
         frag = self._consume(run, new)
         if frag:
             run.payload.append(frag)
-            self.sink.progress(run.name, frag)
+            if self.sink.streaming:
+                if run.name is None and p.fields is not None and run.probe < _PROBE_CHARS:
+                    run.probe += len(frag)  # a UI wants the name early: look near the start
+                    nm = _NAME_PROBE.search("".join(run.payload)[:_PROBE_CHARS])
+                    if nm is not None and nm.group(1) in p.fields["name"]:
+                        run.progress_name = nm.group(2)
+                self.sink.progress(run.name or run.progress_name, frag)
         if status == "more":
             return False
         if status == "bad":

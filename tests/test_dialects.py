@@ -175,3 +175,15 @@ def test_harmony_header_state_survives_the_prompt(engine):
     p = engine.text_parser(dialect="harmony")  # default prompt: "<|start|>assistant"
     r = p.parse(' to=functions.f<|channel|>commentary <|constrain|>json<|message|>{"a": 1}<|call|>')
     assert calls(r) == [("f", {"a": 1})]
+
+
+def test_prompt_may_pre_open_a_call(engine):
+    """A forced call prefilled up to its open marker continues in the output."""
+    p = engine.text_parser(dialect="hermes", generation_prompt="<|im_start|>assistant\n<tool_call>\n")
+    text = '{"name": "f", "arguments": {"a": 1}}\n</tool_call>'
+    assert calls(p.parse(text)) == [("f", {"a": 1})]
+    st = p.stream()
+    for ch in text:
+        st.feed(ch)
+    st.close()
+    assert calls(st.result) == [("f", {"a": 1})]

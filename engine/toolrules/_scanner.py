@@ -205,8 +205,8 @@ class _CallRun:
 class Machine:
     """Runs one dialect over one output (and, first, over the generation prompt)."""
 
-    __slots__ = ("allowed", "buf", "call", "d", "final", "header", "header_msg", "lead", "pos",
-                 "region", "sink", "start_ok", "tools", "undecided")
+    __slots__ = ("_pending_call", "allowed", "buf", "call", "d", "final", "header", "header_msg",
+                 "lead", "pos", "region", "sink", "start_ok", "tools", "undecided")
 
     def __init__(self, dialect: Dialect, sink: Sink, repairs: frozenset[str],
                  tools: dict[str, Any]):
@@ -224,29 +224,44 @@ class Machine:
         self.undecided: list[str] = []
         self.lead: list[str] = []
         self.final = False
+        self._pending_call: _CallRun | None = None
 
     # ------------------------------------------------------------ driving
 
     def prime(self, prompt: str | None) -> None:
         """Scan the generation prompt silently: it decides the starting region."""
+        self._pending_call = None
         if prompt:
             self.sink.muted = True
             self.buf = prompt[-4096:]
             self._run(final=True)
             self.sink.muted = False
             self.buf, self.pos = "", 0
-            self.call = None
+            self._pending_call, self.call = self.call, None
         if self.region is self.d.content and self.d.undecided is not None:
             self.region = self.d.undecided
         self.start_ok = True
 
     def start_state(self) -> tuple[Any, ...]:
-        """What prime() decided, to start later machines without scanning the prompt again."""
-        return (self.region, None if self.header is None else list(self.header), self.header_msg)
+        """What prime() decided, to start later machines without scanning the prompt again.
+
+        A prompt may also pre-open a call (a forced call prefilled up to its open marker):
+        a call that has not read anything yet carries over to the output.
+        """
+        call = None
+        run = self._pending_call
+        if run is not None and not (run.header or run.payload or run.params or run.values):
+            call = (run.c, run.ret, run.tentative, run.phase)
+        return (self.region, None if self.header is None else list(self.header),
+                self.header_msg, call)
 
     def restore(self, state: tuple[Any, ...]) -> None:
-        self.region, header, self.header_msg = state
+        self.region, header, self.header_msg, call = state
         self.header = None if header is None else list(header)
+        if call is not None:
+            c, ret, tentative, phase = call
+            self.call = _CallRun(c, ret, False, tentative)
+            self.call.phase = phase
     def feed(self, delta: str) -> None:
         self.buf += delta
         self._run(final=False)

@@ -11,6 +11,7 @@ import os
 from pathlib import Path
 
 import pytest
+
 from conftest import SHARED
 
 CONFORMANCE = Path(os.environ.get("TOOLRULES_CONFORMANCE_DIR", SHARED / "conformance"))

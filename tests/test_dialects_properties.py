@@ -11,10 +11,10 @@ import json
 
 import pytest
 import yaml
-from conftest import REPO
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from conftest import REPO
 from toolrules._golden_dialects import dialect_markers, stream_parse, summary
 
 

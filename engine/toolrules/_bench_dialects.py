@@ -57,7 +57,7 @@ def _median_time(fn: Any, rounds: int) -> float:
 def _floor(text: str) -> list[Any]:
     out = []
     for body in _FLOOR.findall(text):
-        try:
+        try:  # noqa: SIM105 - contextlib.suppress would slow the floor down, flattering us
             out.append(json.loads(body))
         except ValueError:
             pass

@@ -78,7 +78,7 @@ def parse(source: str, model: str | None, dialect: str | None, tools_path: str |
     for c in chunks:
         detail = c.content if c.content is not None else (c.args_delta or "")
         who = f" [{c.index}] {c.tool_name}" if c.tool_name else ""
-        click.echo(f"{str(c.type):13}{who} {detail!r}")
+        click.echo(f"{c.type!s:13}{who} {detail!r}")
 
 
 @click.command()

@@ -16,6 +16,7 @@ new grammar needs no code:
 from __future__ import annotations
 
 import hashlib
+import json
 import re
 from typing import Any
 
@@ -98,7 +99,8 @@ def tree_to_value(node: Any) -> Any:
                 raise ValueError("positional arguments are not tool arguments")
         return (name, args)
     if kind in ("kwarg", "pair"):
-        return (str(tree_to_value(kids[0])).strip(), tree_to_value(kids[1]))
+        key = tree_to_value(kids[0])  # a quoted key keeps its spaces; bare keys are trimmed
+        return (key if isinstance(key, str) else json.dumps(key), tree_to_value(kids[1]))
     if kind in ("object", "dict"):
         return dict(tree_to_value(k) for k in kids)
     if kind in ("array", "list", "tuple"):

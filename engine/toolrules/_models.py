@@ -4,7 +4,8 @@ Parsing an id:
   1. provider prefixes (ids.yaml `providers`) are removed, possibly naming an org;
   2. `org/name` splits off the organisation (custom unless in `vendor_orgs`);
   3. the name is lowercased, `strip` patterns remove tags, quantization and dates
-     (a `date` group is kept), `rewrites` normalize separators (3_1 -> 3.1);
+     (a `date` group is kept as written; `year`/`month`/`day` groups are kept in that
+     order, so `-08-2024` becomes 202408), `rewrites` normalize separators (3_1 -> 3.1);
   4. family patterns (highest priority first) match at the start; what follows the
      match is split into tokens: sizes (70b, 8x7b), active sizes (a3b), versions
      (v0.3, 3.2) when none was captured, the rest joins the variant;
@@ -82,11 +83,22 @@ class _Family:
     name: str
     file: str
     priority: int
-    patterns: list[tuple[re.Pattern[str], re.Pattern[str], int]]  # anchored, search, line
+    patterns: list[tuple[re.Pattern[str], re.Pattern[str], int]]  # anchored, search, index
     defaults: dict[str, Any]
-    clauses: list[tuple[dict[str, Any], dict[str, Any], int]]
+    clauses: list[tuple[dict[str, Any], dict[str, Any], int]]     # when, set, index
     assume: dict[str, Any]
-    default_line: int
+    rule: Any = None
+    _marked: Any = None
+
+    def line(self, *path: Any) -> int:
+        """1-based line of a node of this family's file (read again if the data came
+        from the disk cache, which keeps no marks)."""
+        from ._yaml import MarkedDict, load_yaml, mark_of
+
+        if self._marked is None:
+            data = self.rule.data
+            self._marked = data if isinstance(data, MarkedDict) else load_yaml(self.rule.text)[0]
+        return mark_of(self._marked, path)[0]
 
 
 def _capability_values(block: dict[str, Any] | None) -> dict[str, Any]:
@@ -116,7 +128,6 @@ class ModelRules:
         for rid in sorted(models):
             rf = models[rid]
             data = rf.data or {}
-            marks = getattr(data, "value_marks", {})
             for i, ov in enumerate(data.get("overrides", []) or []):
                 pat = re.compile(ov["pattern"], re.I) if ov.get("pattern") else None
                 where = f"{rf.display} overrides[{i}]"
@@ -133,18 +144,15 @@ class ModelRules:
             pats = []
             for j, pat in enumerate(data["match"]):
                 body = pat[1:] if pat.startswith("^") else pat
-                line = getattr(data["match"], "item_marks", [(0, 0)] * (j + 1))[j][0]
-                pats.append((re.compile(pat), re.compile(r"(?:^|(?<=[-_/. ]))" + body), line))
+                pats.append((re.compile(pat), re.compile(r"(?:^|(?<=[-_/. ]))" + body), j))
             clauses = []
             for j, cl in enumerate(data.get("capabilities", []) or []):
-                marks_list = getattr(data.get("capabilities"), "item_marks", None)
-                line = marks_list[j][0] if marks_list else 0
-                clauses.append((cl["when"], _capability_values(cl["set"]), line))
+                clauses.append((cl["when"], _capability_values(cl["set"]), j))
             self._families.append(_Family(
                 name=data.get("family", rid), file=rf.display, priority=data.get("priority", 0),
                 patterns=pats, defaults=defaults, clauses=clauses,
                 assume=dict(data.get("assume") or {}),
-                default_line=marks.get("defaults", (0, 0))[0]))
+                rule=rf))
         self._families.sort(key=lambda f: (-f.priority, f.name))
         self._by_name = {f.name: f for f in self._families}
 
@@ -186,8 +194,8 @@ class ModelRules:
             for pat in self._strip:
                 m = pat.search(name)
                 if m:
-                    if m.groupdict().get("date") and date is None:
-                        date = m.group("date").replace("-", "")
+                    if date is None:
+                        date = _date_of(m)
                     name = name[:m.start()] + name[m.end():]
             if name == before:
                 break
@@ -195,17 +203,19 @@ class ModelRules:
             name = pat.sub(repl, name)
         name = name.strip("-_:. ")
         for fam in self._families:
-            for anchored, _search, line in fam.patterns:
+            for anchored, _search, j in fam.patterns:
                 m = anchored.match(name)
                 if m:
                     spec = self._spec(fam, m, name, m.end(), raw, provider, org, custom, date)
-                    return spec, fam, f"{fam.file}:{line}: match {anchored.pattern!r}"
+                    return (spec, fam,
+                            f"{fam.file}:{fam.line('match', j)}: match {anchored.pattern!r}")
         for fam in self._families:
-            for _anchored, search, line in fam.patterns:
+            for anchored, search, j in fam.patterns:
                 m = search.search(name)
                 if m:
                     spec = self._spec(fam, m, name, m.end(), raw, provider, org, True, date)
-                    return spec, fam, f"{fam.file}:{line}: found {_anchored.pattern!r} inside the id"
+                    return (spec, fam, f"{fam.file}:{fam.line('match', j)}: found "
+                            f"{anchored.pattern!r} inside the id")
         m = self._fallback.search(name)
         family = m.group(0) if m else "unknown"
         return (ModelSpec(family=family or "unknown", provider=provider, org=org, custom=True,
@@ -248,11 +258,11 @@ class ModelRules:
         if fam is not None:
             values.update(fam.defaults)
             if fam.defaults:
-                trace.append(f"{fam.file}:{fam.default_line}: family defaults")
-            for when, setv, line in fam.clauses:
+                trace.append(f"{fam.file}:{fam.line('defaults')}: family defaults")
+            for when, setv, j in fam.clauses:
                 if self._matches(when, spec, fam):
                     values.update(setv)
-                    trace.append(f"{fam.file}:{line}: when {dict(when)}")
+                    trace.append(f"{fam.file}:{fam.line('capabilities', j)}: when {dict(when)}")
                     break
         raw = spec.model_id.strip()
         for exact, pat, setv, where in self._overrides:
@@ -292,6 +302,17 @@ class ModelRules:
                 if not _text_matches(want, have, tokens=(key == "variant")):
                     return False
         return True
+
+
+def _date_of(m: re.Match[str]) -> str | None:
+    """The date a strip match names: group `date` as written (dashes dropped), or groups
+    `year`, `month`, `day` joined in that order (so `08-2024` can become `202408`)."""
+    g = m.groupdict()
+    if g.get("date"):
+        return g["date"].replace("-", "")
+    if g.get("year"):
+        return g["year"] + (g.get("month") or "") + (g.get("day") or "")
+    return None
 
 
 def _pad(v: tuple[int, ...], n: int = 4) -> tuple[int, ...]:

@@ -12,9 +12,9 @@ what parse() gives.
 from __future__ import annotations
 
 import html
+import itertools
 import json
 import re
-import itertools
 import secrets
 from typing import Any
 
@@ -165,10 +165,30 @@ class Sink:
 class _CallRun:
     """Per-call scanning state."""
 
-    __slots__ = ("anchored", "bal", "c", "call_id", "header", "key", "key_type", "name", "params",
-                 "payload", "phase", "probe", "progress_name", "raw", "repairs", "ret", "started",
-                 "tentative", "confirming",
-                 "value", "value_end", "values")
+    __slots__ = (
+        "anchored",
+        "bal",
+        "c",
+        "call_id",
+        "confirming",
+        "header",
+        "key",
+        "key_type",
+        "name",
+        "params",
+        "payload",
+        "phase",
+        "probe",
+        "progress_name",
+        "raw",
+        "repairs",
+        "ret",
+        "started",
+        "tentative",
+        "value",
+        "value_end",
+        "values",
+    )
 
     def __init__(self, c: CallDef, ret: Region, anchored: bool, tentative: bool):
         self.c = c
@@ -680,11 +700,10 @@ class Machine:
         i = self._skip_ws(run)
         if i >= n and not final and (p.separator or p.suffix or p.fence):
             return False
-        if p.separator:
-            if buf.startswith(p.separator, i):
-                self._consume(run, i + len(p.separator))
-                run.phase = "payload"
-                return True
+        if p.separator and buf.startswith(p.separator, i):
+            self._consume(run, i + len(p.separator))
+            run.phase = "payload"
+            return True
         if p.fence or p.suffix:
             for lit in ([p.suffix] if p.suffix else []) + (["```"] if p.fence else []):
                 if buf.startswith(lit, i):

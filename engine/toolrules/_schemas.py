@@ -88,7 +88,7 @@ _CONDITION = {
         "provider": _str_or_list("provider prefix (ollama, bedrock ...)"),
         "org": _str_or_list("organisation part of the id"),
         "custom": _bool("a fine-tune or an id under an unknown organisation"),
-        "id": _str_or_list("the normalized id; '~regex' searches"),
+        "id": _str_or_list("the id as the user wrote it; '~regex' searches"),
     },
 }
 
@@ -158,7 +158,8 @@ IDS_SCHEMA: dict[str, Any] = {
         }},
     },
     "strip": {"type": "list", **_doc("regexes removed from the id (suffixes, tags, "
-                                     "quantization); a named group date is kept as the date"),
+                                     "quantization); a group `date` is kept as the date, "
+                                     "groups `year`/`month`/`day` are kept year first"),
               "schema": {"type": "string"}},
     "size_token": _str("regex for a size token; groups: count (experts), size, unit",
                        "size_token: '^(?:(?P<count>\\d+)x)?(?P<size>\\d+(?:\\.\\d+)?)(?P<unit>[bmk])$'"),

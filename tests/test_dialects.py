@@ -187,3 +187,39 @@ def test_prompt_may_pre_open_a_call(engine):
         st.feed(ch)
     st.close()
     assert calls(st.result) == [("f", {"a": 1})]
+
+
+def test_fenced_payload_streams_like_parse(tmp_path):
+    """`fence: true` accepts ```json ... ``` around a payload, split anywhere."""
+    import toolrules
+    from toolrules._golden_dialects import splits, stream_parse, summary
+
+    (tmp_path / "dialects").mkdir()
+    (tmp_path / "dialects" / "fenced.yaml").write_text(
+        "id: fenced\ncalls:\n  - open: 'Action:'\n    payload:\n      kind: json\n"
+        "      fields: {name: [name], arguments: [arguments]}\n      fence: true\n")
+    e = toolrules.load(paths=[tmp_path], use_env=False, cache=False)
+    p = e.text_parser(dialect="fenced", ids="sequential")
+    text = 'Sure. Action: ```json\n[{"name": "f", "arguments": {"a": "```"}}]\n```\nDone.'
+    whole = summary(p.parse(text))
+    assert whole["calls"] == [("f", {"a": "```"})]
+    for seed in range(4):
+        assert stream_parse(p, splits(text, seed), "stop") == whole
+
+
+def test_separated_json_values_and_whitespace_ownership(engine):
+    """Llama writes several calls separated by ';'; whitespace after a call without a
+    close marker stays text in both modes."""
+    from toolrules._golden_dialects import splits, stream_parse, summary
+
+    cases = [("llama3-json", '{"name": "f", "parameters": {"a": 1}} ; {"name": "g", "parameters": {}}  tail'),
+             ("llama3-json", '<|python_tag|>{"name": "f", "parameters": {}};{"name": "g", "parameters": {}}'),
+             ("mistral", 'x[TOOL_CALLS]f[ARGS]{"a": 1}  y')]
+    for dialect, text in cases:
+        p = engine.text_parser(dialect=dialect, ids="sequential")
+        whole = summary(p.parse(text))
+        assert len(whole["calls"]) >= 1, (dialect, text)
+        for seed in range(4):
+            assert stream_parse(p, splits(text, seed), "stop") == whole, (dialect, text, seed)
+    r = engine.text_parser(dialect="llama3-json").parse(cases[0][1])
+    assert [c.name for c in r.tool_calls] == ["f", "g"] and r.content == "tail"

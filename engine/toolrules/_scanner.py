@@ -609,6 +609,8 @@ class Machine:
             i = self._skip_ws(run)
             if i >= n:
                 return False
+            if p.fence and not final and n - i < 3 and "```".startswith(buf[i:]):
+                return False  # maybe the start of a fence
             if p.fence and buf.startswith("```", i):
                 j = buf.find("\n", i)
                 if j < 0:
@@ -635,8 +637,10 @@ class Machine:
                     pass
                 else:
                     if isinstance(value, (dict, list)):
-                        run.payload.append(self._consume(run, end))
+                        self._consume(run, end)
                         run.values.append(value)
+                        run.started = False
+                        run.bal = None
                         run.phase = "after"
                         return True
         pos = self.pos
@@ -694,24 +698,29 @@ class Machine:
         return True
 
     def _step_after(self, run: _CallRun, final: bool) -> bool:
-        """After a payload value: another value after a separator, a suffix, then close."""
+        """After a payload value: another value after a separator, a suffix, then close.
+
+        Whitespace is only consumed here when something may follow it (a separator or a
+        suffix): streaming waits to see what comes, so both modes agree on who owns it.
+        """
         p = run.c.payload
+        if not (p.separator or p.suffix or p.fence):
+            run.phase = "close"
+            return True
         buf, n = self.buf, len(self.buf)
         i = self._skip_ws(run)
-        if i >= n and not final and (p.separator or p.suffix or p.fence):
+        if i >= n and not final:
             return False
         if p.separator and buf.startswith(p.separator, i):
             self._consume(run, i + len(p.separator))
             run.phase = "payload"
             return True
-        if p.fence or p.suffix:
-            for lit in ([p.suffix] if p.suffix else []) + (["```"] if p.fence else []):
-                if buf.startswith(lit, i):
-                    self._consume(run, i + len(lit))
-                    i = self._skip_ws(run)
-                    break
-                if i < n and lit.startswith(buf[i:]) and not final:
-                    return False
+        for lit in ([p.suffix] if p.suffix else []) + (["```"] if p.fence else []):
+            if buf.startswith(lit, i):
+                self._consume(run, i + len(lit))
+                break
+            if not final and len(buf) - i < len(lit) and lit.startswith(buf[i:]):
+                return False
         run.phase = "close"
         return True
 

@@ -10,12 +10,14 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from ._dialects import Dialect, compile_dialect
 from ._errors import InputTooLargeError, ParseError, UnknownRuleError
-from ._scanner import Machine, Sink
 from ._types import ParsedResponse, StreamChunk, coerce_tools
+
+if TYPE_CHECKING:  # the scanner is imported on first use: `import toolrules` stays light
+    from ._dialects import Dialect
+    from ._scanner import Machine, Sink
 
 __all__ = ["TextMixin", "TextParser", "TextStream"]
 
@@ -38,11 +40,15 @@ class TextParser:
         self.ids = ids
         self.max_chars = max_chars
         self.heuristics = heuristics
+        from ._scanner import Machine, Sink
+
+        self._classes = (Machine, Sink)
         probe = Machine(dialect, Sink(False, dialect.strip, tools, False, ids), repairs, tools)
         probe.prime(self.generation_prompt)
         self._start = probe.start_state()  # the prompt is scanned once, not per parse
 
     def _machine(self, streaming: bool) -> Machine:
+        Machine, Sink = self._classes  # noqa: N806 - bound once per parser
         sink = Sink(streaming, self.dialect.strip, self.tools, self.dialect.dedupe, self.ids)
         m = Machine(self.dialect, sink, self.repairs, self.tools)
         m.restore(self._start)
@@ -143,6 +149,8 @@ class TextMixin:
             rf = self.ruleset.get("dialect", name)  # type: ignore[attr-defined]
             if rf is None:
                 raise UnknownRuleError("dialect", name, self.ruleset.ids("dialect"))  # type: ignore[attr-defined]
+            from ._dialects import compile_dialect
+
             d = compile_dialect(name, rf.data)
             d.grammar_parsers = {}
             for g in d.grammars:

@@ -96,7 +96,8 @@ class ParamDef:
         self.value_open = _as_list(spec.get("value_open"))
         self.close = _as_list(spec.get("close"))
         self.dynamic = any("{key}" in c for c in self.close)
-        self.close_optional = bool(spec.get("close_optional"))
+        opt = spec.get("close_optional", False)
+        self.close_optional = opt if opt in ("call", "param") else ("both" if opt else "")
         self.confirm = MarkerTable((m, "confirm") for m in _as_list(spec.get("confirm")))
         self.trim = spec.get("trim", "none")
         self.types = dict(spec.get("types") or {})
@@ -108,8 +109,9 @@ class ParamDef:
         table = self._close_cache.get(key)
         if table is None:
             pairs: list[tuple[str, Any]] = [(c.replace("{key}", key), "close") for c in self.close]
-            if self.close_optional:
+            if self.close_optional in ("both", "param"):
                 pairs += [(m, "next") for m in self.open]
+            if self.close_optional in ("both", "call"):
                 pairs += [(m, "next") for m in call_close]
             table = MarkerTable(pairs)
             if len(self._close_cache) < 256:

@@ -64,13 +64,15 @@ class Balanced:
     string, before the value closed), or "bad" (the text does not start a value).
     """
 
-    __slots__ = ("depth", "quote", "spec", "started")
+    __slots__ = ("bracketed", "depth", "item_end", "quote", "spec", "started")
 
-    def __init__(self, spec: BalancedSpec):
+    def __init__(self, spec: BalancedSpec, bracketed: bool = True):
         self.spec = spec
         self.depth = 0
         self.quote = -1
-        self.started = False
+        self.bracketed = bracketed
+        self.started = not bracketed  # unbracketed: runs to a stop marker outside strings
+        self.item_end = -1  # buffer position just after the last closed top-level element
 
     def scan(self, buf: str, pos: int, final: bool) -> tuple[int, str]:
         spec = self.spec
@@ -119,9 +121,13 @@ class Balanced:
                 self.depth += 1
                 pos = m.end()
             elif tok in _CLOSERS:
-                self.depth -= 1
                 pos = m.end()
-                if self.depth == 0:
+                if self.depth == 0:  # unbracketed text: a stray closer is just text
+                    continue
+                self.depth -= 1
+                if self.depth == 1:
+                    self.item_end = pos
+                if self.depth == 0 and self.bracketed:
                     return pos, "done"
             else:  # a stop marker outside strings
                 return m.start(), "stop"

@@ -172,12 +172,14 @@ class _CallRun:
         "call_id",
         "confirming",
         "header",
+        "item_end",
         "key",
         "key_type",
         "name",
         "params",
         "payload",
         "phase",
+        "plen",
         "probe",
         "progress_name",
         "raw",
@@ -212,6 +214,8 @@ class _CallRun:
         self.confirming: list[str] | None = None
         self.probe = 0
         self.progress_name: str | None = None
+        self.plen = 0          # characters in `payload`
+        self.item_end = -1     # payload offset after the last complete array element
         if c.header is not None:
             self.phase = "header"
         elif c.payload.kind == "params":
@@ -288,6 +292,9 @@ class Machine:
 
     def close(self, finish_reason: str | None) -> None:
         self._run(final=True)
+        if self.lead:  # whitespace held while waiting for a possible call at the start
+            lead, self.lead = "".join(self.lead), []
+            self._emit(self.region, lead)
         if self.call is not None:
             self._call_eof(finish_reason)
         if self.header is not None:
@@ -629,7 +636,8 @@ class Machine:
                 self._malformed(run, "payload-not-recognized")
                 return True
             run.started = True
-            run.bal = Balanced(p.spec) if not p.delimited else None
+            run.bal = Balanced(p.spec, bracketed=not p.delimited)
+            run.item_end = -1
             if final and p.kind == "json":  # whole text at hand: let the C decoder find the end
                 try:
                     value, end = _DECODER.raw_decode(buf, i)
@@ -644,20 +652,15 @@ class Machine:
                         run.phase = "after"
                         return True
         pos = self.pos
-        if p.delimited:
-            m = run.c.close_table.search(buf, pos, final)  # grammar text up to the close
-            if m is None:
-                end = n if final else n - run.c.close_table.holdback(buf, pos)
-                frag = self._consume(run, end)
-                run.payload.append(frag)
-                self.sink.progress(run.name, frag)
-                return False
-            run.payload.append(self._consume(run, m.start()))
-            return self._payload_done(run, at_marker=True)
-        new, status = run.bal.scan(buf, pos, final)
+        bal = run.bal
+        bal.item_end = -1
+        new, status = bal.scan(buf, pos, final)
+        if bal.item_end >= 0:  # where the last complete element of an array ended
+            run.item_end = run.plen + bal.item_end - pos
         frag = self._consume(run, new)
         if frag:
             run.payload.append(frag)
+            run.plen += len(frag)
             if self.sink.streaming:
                 if run.name is None and p.fields is not None and run.probe < _PROBE_CHARS:
                     run.probe += len(frag)  # a UI wants the name early: look near the start
@@ -676,6 +679,7 @@ class Machine:
         p = run.c.payload
         text = "".join(run.payload)
         run.payload = []
+        run.plen = 0
         if p.kind == "grammar":
             from ._grammars import parse_payload
 
@@ -772,8 +776,23 @@ class Machine:
             self._finish_call(run)
             return
         if finish_reason == "length":
+            # cut off: never a half call, but complete calls before the cut are kept
             self.call = None
             self.region = run.ret
+            kept = list(run.values)
+            if run.phase == "payload" and run.item_end > 0:
+                head = "".join(run.payload)[:run.item_end].lstrip()
+                if head.startswith("["):
+                    try:
+                        value, _ = repair_json(head + "]", self.allowed)
+                    except RepairFailed:
+                        value = None
+                    if isinstance(value, list) and value:
+                        kept.append(value)
+            if kept:
+                run.values = kept
+                for name, args, call_id, repairs in self._build(run) or ():
+                    self.sink.call(name, args, call_id, "".join(run.raw), repairs)
             self.sink.warn("truncated-call-dropped")
             return
         self._passthrough(run, "incomplete-call")

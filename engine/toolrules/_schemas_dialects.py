@@ -46,7 +46,10 @@ _PARAM = {
                                "value_open: '<arg_value>'"),
         "close": {**_markers("marker ending the value; {key} stands for the key",
                              "close: '</parameter>'"), "required": True},
-        "close_optional": _bool("the next parameter or the call's end also ends a value"),
+        "close_optional": {"type": ["boolean", "string"], "allowed": [True, False, "call", "param"],
+                           **_doc("a value may lack its close marker: true = the next parameter "
+                                  "or the call's end ends it; call / param = only that one",
+                                  "close_optional: call")},
         "confirm": _strlist("a close marker only counts when one of these follows it "
                             "(otherwise it is text inside the value)",
                             "confirm: ['<|open|>argument']"),

@@ -60,6 +60,9 @@ def _type_of(v: Any) -> str:
     return "string"
 
 
+_PY_REPAIRS = frozenset({"single-quotes", "python-literals", "trailing-commas"})
+
+
 def _read(raw: str) -> tuple[bool, Any]:
     text = raw.strip()
     if text in _PY:
@@ -67,7 +70,15 @@ def _read(raw: str) -> tuple[bool, Any]:
     try:
         return True, json.loads(text)
     except ValueError:
-        return False, None
+        pass
+    if text[:1] in "[{":  # a Python literal list/dict: ['a', True] reads as ["a", true]
+        from ._jsonscan import RepairFailed, repair_json
+
+        try:
+            return True, repair_json(text, _PY_REPAIRS)[0]
+        except RepairFailed:
+            pass
+    return False, None
 
 
 def _fits(value: Any, types: set[str]) -> bool:

@@ -8,7 +8,27 @@ grammars/ (Lark); this package is the small engine that interprets them.
     engine.capability("claude-3.5-sonnet")
 """
 
+from ._budget import optimize_tool_definitions
+from ._emulation import EmulationPrompt, EmulationStyle
+from ._emulation_api import (
+    CallCheck,
+    build_emulation_prompt,
+    dispatch_tool_call,
+    format_validation_errors_for_retry,
+    validate_tool_call,
+    validate_tool_calls,
+)
 from ._engine import Engine, load
+from ._engineering import (
+    ExecutionPlan,
+    ToolClassification,
+    ToolDescriptionQuality,
+    audit_tool_description,
+    audit_tool_set,
+    classify_tool,
+    enhance_tool_description,
+    plan_parallel_execution,
+)
 from ._errors import (
     CapabilityError,
     InputTooLargeError,
@@ -19,6 +39,20 @@ from ._errors import (
     ToolrulesError,
     UnknownRuleError,
 )
+from ._namespacing import (
+    extract_namespace,
+    filter_tools_by_task_namespaces,
+    group_tools_by_namespace,
+    namespace_tools,
+)
+from ._response_format import (
+    ResponseFormat,
+    ToolResultConfig,
+    TruncatedResult,
+    format_list_result,
+    truncate_result,
+)
+from ._tool_errors import ToolError, ToolErrorCode, get_retry_strategy, should_retry
 from ._types import (
     Capability,
     Message,
@@ -30,27 +64,61 @@ from ._types import (
     ToolCall,
     ToolResult,
 )
+from ._validation import ToolEnvelope, ValidationError, ValidationResult
 from ._version import __version__
 
 __all__ = [
+    "CallCheck",
     "Capability",
     "CapabilityError",
+    "EmulationPrompt",
+    "EmulationStyle",
     "Engine",
+    "ExecutionPlan",
     "InputTooLargeError",
     "Message",
     "ModelSpec",
     "ParseError",
     "ParsedResponse",
     "Problem",
+    "ResponseFormat",
     "RuleError",
     "SchemaError",
     "StreamChunk",
     "StreamChunkType",
     "Tool",
     "ToolCall",
+    "ToolClassification",
+    "ToolDescriptionQuality",
+    "ToolEnvelope",
+    "ToolError",
+    "ToolErrorCode",
     "ToolResult",
+    "ToolResultConfig",
     "ToolrulesError",
+    "TruncatedResult",
     "UnknownRuleError",
+    "ValidationError",
+    "ValidationResult",
     "__version__",
+    "audit_tool_description",
+    "audit_tool_set",
+    "build_emulation_prompt",
+    "classify_tool",
+    "dispatch_tool_call",
+    "enhance_tool_description",
+    "extract_namespace",
+    "filter_tools_by_task_namespaces",
+    "format_list_result",
+    "format_validation_errors_for_retry",
+    "get_retry_strategy",
+    "group_tools_by_namespace",
     "load",
+    "namespace_tools",
+    "optimize_tool_definitions",
+    "plan_parallel_execution",
+    "should_retry",
+    "truncate_result",
+    "validate_tool_call",
+    "validate_tool_calls",
 ]

@@ -48,7 +48,7 @@ class TextParser:
         self._start = probe.start_state()  # the prompt is scanned once, not per parse
 
     def _machine(self, streaming: bool) -> Machine:
-        Machine, Sink = self._classes  # noqa: N806 - bound once per parser
+        Machine, Sink = self._classes
         sink = Sink(streaming, self.dialect.strip, self.tools, self.dialect.dedupe, self.ids)
         m = Machine(self.dialect, sink, self.repairs, self.tools)
         m.restore(self._start)

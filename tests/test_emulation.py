@@ -324,3 +324,29 @@ def test_import_stays_light():
             "if m in sys.modules))")
     out = subprocess.check_output([sys.executable, "-c", code], text=True)
     assert out.strip() == "[]"
+
+
+def test_emulated_history_is_written_in_the_prompts_format(engine):
+    """A model without native tools sees its own earlier calls in the format its prompt
+    asks for (so they parse back through its dialect) and tool results as text turns."""
+    tools = [{"type": "function", "function": {"name": "get_weather", "parameters": {
+        "type": "object", "properties": {"city": {"type": "string"}}}}}]
+    msgs = [{"role": "user", "content": "Weather in Paris and Rome?"},
+            {"role": "assistant", "content": "Checking.", "tool_calls": [
+                {"id": "c1", "type": "function",
+                 "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'}},
+                {"id": "c2", "type": "function",
+                 "function": {"name": "get_weather", "arguments": '{"city": "Rome"}'}}]},
+            {"role": "tool", "tool_call_id": "c1", "content": '{"temp": 20}'},
+            {"role": "tool", "tool_call_id": "c2", "content": '{"temp": 25}'}]
+    out = engine.emulate_history(msgs, tools, model="llama3:8b")
+    assert [m.role for m in out] == ["user", "assistant", "user"]
+    reparsed = engine.text_parser(model="llama3:8b", tools=tools).parse(out[1].content)
+    assert [(c.name, c.arguments) for c in reparsed.tool_calls] == [
+        ("get_weather", {"city": "Paris"}), ("get_weather", {"city": "Rome"})]
+    assert reparsed.content == "Checking."
+    assert "get_weather (call c1)" in out[2].content and '{"temp": 25}' in out[2].content
+    body = engine.build_request("ollama", "llama3:8b", msgs, tools=tools)
+    assert "tools" not in body
+    assert [m["role"] for m in body["messages"]] == ["system", "user", "assistant", "user"]
+    assert not any("tool_calls" in m for m in body["messages"])

@@ -315,6 +315,9 @@ class EmulationRules:
         self.compact_chars: int = desc.get("compact_chars", 80)
         self.param_chars: int = desc.get("param_chars", 60)
         self.ellipsis: str = desc.get("ellipsis", "...")
+        history = table.get("history") or {}
+        self.result_template: str = history.get("result_template", "emulation/result.j2")
+        self.result_role: str = history.get("result_role", "user")
         guidance = table.get("guidance") or {}
         self.max_examples: int = guidance.get("max_examples", 2)
         self.required_only: bool = guidance.get("required_only", True)

@@ -15,7 +15,7 @@ from typing import Any
 
 from ._emulation import EmulationPrompt, EmulationRules, EmulationStyle
 from ._tool_errors import ToolError, ToolErrorCode, error_rules
-from ._types import Capability, ParsedResponse, Tool, ToolCall, coerce_tools
+from ._types import Capability, Message, ParsedResponse, Tool, ToolCall, coerce_tools
 from ._validation import (
     ToolEnvelope,
     ValidationError,
@@ -166,6 +166,55 @@ class EmulationMixin:
         parsed = [as_tool_call(c) for c in items]
         index = tool_index(tools) if tools is not None else {}
         return self._emulation_rules().render_calls(entry, parsed, index)
+
+    def emulate_history(self, messages: Iterable[Any], tools: Any = None, model: Any = None, *,
+                        capability: Capability | None = None,
+                        style: str | None = None) -> list[Message]:
+        """A conversation rewritten for a model without native tools: each assistant turn's
+        calls are appended to its text in the format the model's prompt asks for, and tool
+        results become text turns (rules/emulation.yaml `history`); consecutive results
+        travel together so roles keep alternating."""
+        from ._provider_messages import coerce_messages, content_text
+
+        rules = self._emulation_rules()
+        out: list[Message] = []
+        pending: list[str] = []
+
+        def flush() -> None:
+            if pending:
+                out.append(Message(role=rules.result_role, content="\n\n".join(pending)))
+                pending.clear()
+
+        names: dict[str, str] = {}  # call id -> tool name, for results that omit the name
+        for m in coerce_messages(messages):
+            for c in m.tool_calls:
+                if c.id:
+                    names[c.id] = c.name
+            if m.role == "tool":
+                output = m.content
+                pending.append(rules.render_template(rules.result_template, {
+                    "name": m.name or names.get(m.tool_call_id or "", ""),
+                    "call_id": m.tool_call_id,
+                    "output": output if isinstance(output, str) else json.loads(
+                        json.dumps(output, default=str)),
+                    "error": content_text(output) if m.is_error else None}))
+                continue
+            flush()
+            if m.role == "assistant" and m.tool_calls:
+                try:
+                    written = self.render_call(list(m.tool_calls), tools, model,
+                                               capability=capability, style=style)
+                except ValueError:  # a one-call-per-answer format: one block per call
+                    written = "\n\n".join(
+                        self.render_call(c, tools, model, capability=capability, style=style)
+                        for c in m.tool_calls)
+                text = content_text(m.content) or ""
+                out.append(Message(role="assistant", content=f"{text}\n\n{written}".strip(),
+                                   reasoning_content=m.reasoning_content))
+                continue
+            out.append(m)
+        flush()
+        return out
 
     def render_template(self, name: str, context: Mapping[str, Any]) -> str:
         """Render any template of the rule set (sandboxed, strict) with `context`."""

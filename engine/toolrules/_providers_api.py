@@ -258,6 +258,8 @@ class ProvidersMixin:
             self._check_choice(norm[0], norm[1], tool_list, model, True)
         names = self._name_map(prov, all_tools)
         send, choice_wire, emulation = self._choose_tools(prov, model, msgs, tool_list, norm, names)
+        if emulation is not None:  # an emulated model sees its history as text too
+            msgs = self.emulate_history(msgs, tool_list, model)  # type: ignore[attr-defined]
         body: dict[str, Any] = {}
         if prov.model_path and model is not None:
             set_path(body, prov.model_path, model)

@@ -91,6 +91,13 @@ EMULATION_SCHEMA: dict[str, Any] = {
         "param_chars": _int("parameter description characters", "param_chars: 60", min=1),
         "ellipsis": _str("appended to cut text", "ellipsis: '...'"),
     }),
+    "history": _dict("how an emulated conversation is written back to the model: earlier "
+                     "calls in the prompt's own format, tool results as text", None, {
+        "result_template": _str("template for one tool result (name, call_id, output, "
+                                "error)", "result_template: emulation/result.j2"),
+        "result_role": _str("the role tool results travel in", "result_role: user",
+                            allowed=["user", "tool", "system"]),
+    }),
     "guidance": _dict("tool-calling guidance with examples (seed 004 approach 2)", None, {
         "max_examples": _int("examples shown (one per tool, most relevant first)",
                              "max_examples: 2", min=0),

@@ -173,6 +173,12 @@ class TextMixin:
         if model is None:
             return "auto"
         cap = self.capability(model)  # type: ignore[attr-defined]
+        if cap.native_tools:
+            return cap.dialect or "auto"
+        # emulated: the answer comes in the format the emulation prompt asked for
+        select = getattr(self, "select_emulation", None)
+        if select is not None:
+            return select(model).dialect
         if cap.dialect:
             return cap.dialect
         table = self.ruleset.table("emulation") or {}  # type: ignore[attr-defined]

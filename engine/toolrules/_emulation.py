@@ -470,14 +470,17 @@ def _problem(asset: Asset, line: int, message: str, check: str) -> Problem:
     return Problem(asset.display, max(int(line or 1), 1), 1, "error", message, check)
 
 
-def _macros_of(env: Any, asset: Asset,
-               templates: Mapping[str, Asset]) -> tuple[set[str] | None, Problem | None]:
-    """The macro names of a template, or its first problem (syntax, a missing import)."""
+def _macros_of(env: Any, asset: Asset, templates: Mapping[str, Asset],
+               thorough: bool = True) -> tuple[set[str] | None, Problem | None]:
+    """The macro names of a template, or its first problem (syntax, a missing import).
+    `thorough` also generates the template's code (what `toolrules lint` does; load()
+    parses only - syntax errors are found either way, code generation is slow)."""
     from jinja2 import TemplateSyntaxError, nodes
 
     try:
         ast = env.parse(asset.text, asset.name, asset.display)
-        env.compile(ast, asset.name, asset.display)
+        if thorough:
+            env.compile(ast, asset.name, asset.display)
     except TemplateSyntaxError as exc:
         return None, _problem(asset, exc.lineno, f"template syntax: {exc.message}",
                               "template-syntax")
@@ -500,7 +503,7 @@ def check_rules(rs: RuleSet, rep: Any, failed: set[tuple[str, str]]) -> None:
     macros: dict[str, set[str] | None] = {}
     for name, asset in sorted(rs.templates.items()):
         if name.split("/", 1)[0] in TEMPLATE_DIRS:
-            found, problem = _macros_of(env, asset, rs.templates)
+            found, problem = _macros_of(env, asset, rs.templates, getattr(rep, 'thorough', True))
             macros[name] = found
             if problem is not None:
                 rep.problems.append(problem)
@@ -521,7 +524,8 @@ def check_rules(rs: RuleSet, rep: Any, failed: set[tuple[str, str]]) -> None:
                       "missing-template")
             return
         if name not in macros:
-            found, problem = _macros_of(env, rs.templates[name], rs.templates)
+            found, problem = _macros_of(env, rs.templates[name], rs.templates,
+                                        getattr(rep, 'thorough', True))
             macros[name] = found
             if problem is not None:
                 rep.problems.append(problem)

@@ -45,7 +45,7 @@ def load(paths: Sequence[str | os.PathLike[str]] | None = None, *, use_env: bool
     if not (cache and cache_read(rs)):
         from ._lint import lint
 
-        problems = lint(rs)
+        problems = lint(rs, thorough=False)
         if any(p.level == "error" for p in problems):
             raise RuleError(problems)
         if cache:

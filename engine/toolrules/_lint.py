@@ -23,8 +23,9 @@ __all__ = ["CROSS_CHECKS", "Reporter", "check_regex", "lint", "regex_hazard"]
 class Reporter:
     """Collects problems, locating document paths through the YAML marks."""
 
-    def __init__(self) -> None:
+    def __init__(self, thorough: bool = True) -> None:
         self.problems: list[Problem] = []
+        self.thorough = thorough  # also the slow checks (generating template code)
 
     def add(self, rf: RuleFile | Any, path: Iterable[Any], message: str, check: str,
             level: str = "error") -> None:
@@ -175,6 +176,8 @@ def schema_problems(rs: RuleSet, rep: Reporter) -> set[tuple[str, str]]:
     """Validate every parsed file against its kind's schema; return (kind, id) that failed."""
     from cerberus import Validator
 
+    from ._fastcheck import quick_valid
+
     failed: set[tuple[str, str]] = set()
     validators: dict[int, Any] = {}
     for rf in rs.all_files():
@@ -196,6 +199,8 @@ def schema_problems(rs: RuleSet, rep: Reporter) -> set[tuple[str, str]]:
             rep.error(rf, (), f"a {rf.kind} rule file must be a mapping, not a "
                       f"{_type_name(rf.data)}", "schema-type")
             failed.add((rf.kind, rf.id))
+            continue
+        if quick_valid(rf.data, schema):  # valid files skip cerberus (the slow part)
             continue
         v = validators.get(id(schema))
         if v is None:
@@ -236,10 +241,11 @@ def _cross_checks() -> list[CrossCheck]:
 CROSS_CHECKS = _cross_checks
 
 
-def lint(rs: RuleSet) -> list[Problem]:
-    """Every problem of the rule set, sorted by file and position."""
+def lint(rs: RuleSet, thorough: bool = True) -> list[Problem]:
+    """Every problem of the rule set, sorted by file and position. load() passes
+    thorough=False to skip checks that are slow and only repeat what use would find."""
     parse_all(rs)
-    rep = Reporter()
+    rep = Reporter(thorough)
     rep.problems.extend(yaml_problems(rs))
     failed = schema_problems(rs, rep)
     for check in CROSS_CHECKS():

@@ -7,7 +7,6 @@ Benchmarks are not pass/fail tests. Each feature contributes a section: a functi
 
 from __future__ import annotations
 
-import importlib
 import statistics
 import subprocess
 import sys
@@ -16,6 +15,8 @@ from collections.abc import Callable
 from typing import Any
 
 import click
+
+from ._registry import optional_module
 
 __all__ = ["COMMANDS", "timeit"]
 
@@ -99,11 +100,8 @@ def bench(quick: bool, only: tuple[str, ...]) -> None:
     for section, mod_name, fn_name in SECTIONS:
         if only and section not in only:
             continue
-        try:
-            mod = importlib.import_module(f"{__package__}.{mod_name}")
-        except ModuleNotFoundError as exc:
-            if exc.name != f"{__package__}.{mod_name}":
-                raise
+        mod = optional_module(mod_name)
+        if mod is None:
             continue
         click.echo(f"[{section}]")
         for label, figure in getattr(mod, fn_name)(engine, quick):

@@ -6,9 +6,9 @@ here, so `cli.py` stays the core (lint, inspect, golden).
 
 from __future__ import annotations
 
-import importlib
-
 import click
+
+from ._registry import optional_module
 
 __all__ = ["COMMANDS"]
 
@@ -18,11 +18,8 @@ _MODULES = ("_cli_models", "_cli_dialects", "_cli_providers", "_cli_emulation", 
 def _collect() -> list[click.Command]:
     out: list[click.Command] = []
     for name in _MODULES:
-        try:
-            mod = importlib.import_module(f"{__package__}.{name}")
-        except ModuleNotFoundError as exc:
-            if exc.name != f"{__package__}.{name}":
-                raise
+        mod = optional_module(name)
+        if mod is None:
             continue
         out.extend(getattr(mod, "COMMANDS", []))
     return out

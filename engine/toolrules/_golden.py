@@ -11,13 +11,14 @@ from __future__ import annotations
 
 import difflib
 import fnmatch
-import importlib
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import yaml
+
+from ._registry import optional_module
 
 __all__ = ["GoldenFile", "check", "dump", "golden_root", "read_cases", "regen"]
 
@@ -75,11 +76,8 @@ def _generate(pattern: str) -> list[GoldenFile]:
     root = golden_root()
     out: list[GoldenFile] = []
     for name in SUITE_MODULES:
-        try:
-            mod = importlib.import_module(f"{__package__}.{name}")
-        except ModuleNotFoundError as exc:
-            if exc.name != f"{__package__}.{name}":
-                raise
+        mod = optional_module(name)
+        if mod is None:
             continue
         for gf in mod.golden_files(engine, root):
             if fnmatch.fnmatch(gf.path, pattern) or fnmatch.fnmatch(gf.path, f"*{pattern}*"):

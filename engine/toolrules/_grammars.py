@@ -20,11 +20,11 @@ import json
 import re
 from typing import Any
 
+from ._jsonscan import unescape
+
 __all__ = ["build_grammar", "parse_payload", "tree_to_value"]
 
 _PARSERS: dict[str, Any] = {}
-_ESCAPES = {"n": "\n", "t": "\t", "r": "\r", "b": "\b", "f": "\f", "0": "\0", "\\": "\\",
-            "'": "'", '"': '"', "/": "/"}
 
 
 def build_grammar(text: str, import_paths: list[str] | None = None) -> Any:
@@ -41,25 +41,7 @@ def build_grammar(text: str, import_paths: list[str] | None = None) -> Any:
 
 
 def _unquote(token: str) -> str:
-    body = token[1:-1]
-    if "\\" not in body:
-        return body
-    out = []
-    i = 0
-    while i < len(body):
-        c = body[i]
-        if c == "\\" and i + 1 < len(body):
-            nxt = body[i + 1]
-            if nxt == "u" and re.fullmatch(r"[0-9a-fA-F]{4}", body[i + 2:i + 6]):
-                out.append(chr(int(body[i + 2:i + 6], 16)))
-                i += 6
-                continue
-            out.append(_ESCAPES.get(nxt, "\\" + nxt))
-            i += 2
-            continue
-        out.append(c)
-        i += 1
-    return "".join(out)
+    return unescape(token[1:-1])
 
 
 def _raw(text: str) -> str:

@@ -16,7 +16,7 @@ import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-__all__ = ["Balanced", "BalancedSpec", "RepairFailed", "loads_strict", "repair_json"]
+__all__ = ["Balanced", "BalancedSpec", "RepairFailed", "loads_strict", "repair_json", "unescape"]
 
 _OPENERS = {"{": "}", "[": "]", "(": ")"}
 _CLOSERS = {"}", "]", ")"}
@@ -152,21 +152,36 @@ _TOKEN = re.compile(r"""
 _PY_LITERALS = {"True": "true", "False": "false", "None": "null"}
 
 
-def _sq_to_json(token: str) -> str:
-    body = token[1:-1]
+_ESCAPES = {"n": "\n", "t": "\t", "r": "\r", "b": "\b", "f": "\f", "0": "\0", "\\": "\\",
+            "'": "'", '"': '"', "/": "/"}
+_HEX4 = re.compile(r"[0-9a-fA-F]{4}")
+
+
+def unescape(body: str) -> str:
+    """The text of a quoted string's body with backslash escapes read (JSON or Python
+    style: \\n, \\', \\uXXXX ...); an unknown escape is kept as written."""
+    if "\\" not in body:
+        return body
     out = []
     i = 0
     while i < len(body):
         c = body[i]
         if c == "\\" and i + 1 < len(body):
             nxt = body[i + 1]
-            out.append({"'": "'", '"': '"', "\\": "\\", "n": "\n", "t": "\t", "r": "\r",
-                        "/": "/", "b": "\b", "f": "\f"}.get(nxt, "\\" + nxt))
+            if nxt == "u" and _HEX4.fullmatch(body, i + 2, i + 6):
+                out.append(chr(int(body[i + 2:i + 6], 16)))
+                i += 6
+                continue
+            out.append(_ESCAPES.get(nxt, "\\" + nxt))
             i += 2
             continue
         out.append(c)
         i += 1
-    return json.dumps("".join(out), ensure_ascii=False)
+    return "".join(out)
+
+
+def _sq_to_json(token: str) -> str:
+    return json.dumps(unescape(token[1:-1]), ensure_ascii=False)
 
 
 def loads_strict(text: str) -> object:

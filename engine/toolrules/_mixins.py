@@ -6,9 +6,8 @@ dependencies (jinja2, jsonschema, lark) are imported inside the methods that nee
 
 from __future__ import annotations
 
-import importlib
-
 from ._models_api import ModelsMixin
+from ._registry import optional_module
 
 _OPTIONAL = (
     ("_text_api", "TextMixin"),            # raw-text dialects: text_parser
@@ -20,11 +19,8 @@ _OPTIONAL = (
 def _collect() -> tuple[type, ...]:
     out: list[type] = [ModelsMixin]
     for mod_name, cls_name in _OPTIONAL:
-        try:
-            mod = importlib.import_module(f"{__package__}.{mod_name}")
-        except ModuleNotFoundError as exc:
-            if exc.name != f"{__package__}.{mod_name}":
-                raise
+        mod = optional_module(mod_name)
+        if mod is None:
             continue
         out.append(getattr(mod, cls_name))
     return tuple(out)

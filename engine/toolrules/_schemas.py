@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from ._registry import optional_module
+
 __all__ = ["CAPABILITY_FIELDS", "KIND_SCHEMAS", "TABLE_SCHEMAS", "all_table_schemas", "schema_for"]
 
 # Feature modules that contribute schemas: each may define KIND_SCHEMAS and TABLE_SCHEMAS
@@ -184,14 +186,10 @@ def _load_modules() -> None:
     global _loaded
     if _loaded:
         return
-    import importlib
 
     for name in SCHEMA_MODULES:
-        try:
-            mod = importlib.import_module(f"{__package__}.{name}")
-        except ModuleNotFoundError as exc:
-            if exc.name != f"{__package__}.{name}":
-                raise
+        mod = optional_module(name)
+        if mod is None:
             continue
         KIND_SCHEMAS.update(getattr(mod, "KIND_SCHEMAS", {}))
         TABLE_SCHEMAS.update(getattr(mod, "TABLE_SCHEMAS", {}))

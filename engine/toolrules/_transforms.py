@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ._errors import SchemaError
+from ._jsonutil import json_type, resolve_pointer
 
 __all__ = ["OPS", "OpSpec", "Pipeline", "TransformedTool", "Work", "compile_pipeline"]
 
@@ -315,23 +316,6 @@ def _ensure_object_root(work: Work, p: dict[str, Any]) -> None:
     work.schema = {"type": "object", "properties": {key: root}, "required": [key], **defs}
 
 
-_POINTER = re.compile(r"^#(/.*)?$")
-
-
-def _resolve_pointer(root: dict[str, Any], ref: str) -> Any:
-    m = _POINTER.match(ref)
-    if not m:
-        return None
-    node: Any = root
-    for raw in (m.group(1) or "").split("/")[1:]:
-        part = raw.replace("~1", "/").replace("~0", "~")
-        if isinstance(node, dict) and part in node:
-            node = node[part]
-        elif isinstance(node, list) and part.isdigit() and int(part) < len(node):
-            node = node[int(part)]
-        else:
-            return None
-    return node
 
 
 @_op("inline_refs",
@@ -370,7 +354,7 @@ def _inline_refs(work: Work, p: dict[str, Any]) -> None:
                 raise work.fail(path, f"recursive $ref {ref!r} cannot be inlined (this provider "
                                 "needs self-contained schemas); flatten the recursion or use a "
                                 "free-form object")
-            target = _resolve_pointer(root, ref)
+            target = resolve_pointer(root, ref)
             if not isinstance(target, dict):
                 raise work.fail(path, f"$ref {ref!r} does not resolve to a local schema")
             siblings = {k: v for k, v in node.items() if k != "$ref"}
@@ -560,25 +544,11 @@ def _const_to_enum(work: Work, _p_: dict[str, Any]) -> None:
         if "const" in node:
             value = node.pop("const")
             node["enum"] = [value]
-            if "type" not in node and _json_type(value):
-                node["type"] = _json_type(value)
+            if "type" not in node and json_type(value):
+                node["type"] = json_type(value)
         return node
 
     work.schema = rewrite(work.schema, visit)
-
-
-def _json_type(value: Any) -> str | None:
-    if isinstance(value, bool):
-        return "boolean"
-    if isinstance(value, int):
-        return "integer"
-    if isinstance(value, float):
-        return "number"
-    if isinstance(value, str):
-        return "string"
-    if value is None:
-        return "null"
-    return "array" if isinstance(value, list) else "object" if isinstance(value, dict) else None
 
 
 @_op("enum_to_strings",
@@ -624,13 +594,13 @@ def _fill_missing(work: Work, p: dict[str, Any]) -> None:
             elif "items" in node or "prefixItems" in node:
                 node["type"] = "array"
             elif isinstance(node.get("enum"), list) and node["enum"]:
-                kinds = {_json_type(v) for v in node["enum"] if v is not None}
+                kinds = {json_type(v) for v in node["enum"] if v is not None}
                 if len(kinds) == 1:
                     node["type"] = kinds.pop()
                 elif fallback:
                     node["type"] = fallback
-            elif "const" in node and _json_type(node["const"]):
-                node["type"] = _json_type(node["const"])
+            elif "const" in node and json_type(node["const"]):
+                node["type"] = json_type(node["const"])
             elif fallback:
                 node["type"] = fallback
         if "array" in _types(node) and "items" not in node:

@@ -22,6 +22,8 @@ from difflib import get_close_matches
 from typing import Any
 
 from ._errors import SchemaError, UnknownRuleError
+from ._jsonutil import json_type as _json_type
+from ._jsonutil import resolve_pointer
 from ._types import Tool, ToolCall, coerce_tool, coerce_tools
 
 __all__ = [
@@ -49,22 +51,8 @@ def fill(template: str | None, values: Mapping[str, Any]) -> str | None:
 
 
 def json_type(value: Any) -> str:
-    """The JSON type name of a Python value."""
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "boolean"
-    if isinstance(value, int):
-        return "integer"
-    if isinstance(value, float):
-        return "number"
-    if isinstance(value, str):
-        return "string"
-    if isinstance(value, (list, tuple)):
-        return "array"
-    if isinstance(value, Mapping):
-        return "object"
-    return type(value).__name__
+    """The JSON type name of a Python value (a non-JSON value: its Python type name)."""
+    return _json_type(value) or type(value).__name__
 
 
 def path_text(path: Iterable[Any]) -> str:
@@ -720,19 +708,7 @@ def _short(value: Any, limit: int) -> str:
 
 
 def _resolve_local(root: Any, ref: str) -> Mapping[str, Any] | None:
-    if not ref.startswith("#"):
-        return None
-    node = root
-    for part in ref[1:].split("/"):
-        if not part:
-            continue
-        part = part.replace("~1", "/").replace("~0", "~")
-        if isinstance(node, Mapping) and part in node:
-            node = node[part]
-        elif isinstance(node, list) and part.isdigit() and int(part) < len(node):
-            node = node[int(part)]
-        else:
-            return None
+    node = resolve_pointer(root, ref)
     return node if isinstance(node, Mapping) else None
 
 

@@ -13,6 +13,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from ._jsonutil import json_type
+
 __all__ = ["schema_types", "type_value"]
 
 _PY = {"True": True, "False": False, "None": None}
@@ -45,19 +47,7 @@ def schema_types(schema: Any, depth: int = 0) -> set[str]:
 
 
 def _type_of(v: Any) -> str:
-    if isinstance(v, bool):
-        return "boolean"
-    if isinstance(v, int):
-        return "integer"
-    if isinstance(v, float):
-        return "number"
-    if v is None:
-        return "null"
-    if isinstance(v, list):
-        return "array"
-    if isinstance(v, dict):
-        return "object"
-    return "string"
+    return json_type(v) or "string"
 
 
 _PY_REPAIRS = frozenset({"single-quotes", "python-literals", "trailing-commas"})

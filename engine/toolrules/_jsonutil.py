@@ -1,0 +1,45 @@
+"""Small JSON helpers shared by schema transforms, validation and value typing."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+__all__ = ["json_type", "resolve_pointer"]
+
+
+def json_type(value: Any) -> str | None:
+    """The JSON type name of a Python value (None when it is not a JSON value)."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "boolean"
+    if isinstance(value, int):
+        return "integer"
+    if isinstance(value, float):
+        return "number"
+    if isinstance(value, str):
+        return "string"
+    if isinstance(value, (list, tuple)):
+        return "array"
+    if isinstance(value, Mapping):
+        return "object"
+    return None
+
+
+def resolve_pointer(root: Any, ref: str) -> Any:
+    """The node a local JSON pointer (`#/$defs/Thing`) names in `root`, or None."""
+    if not isinstance(ref, str) or not ref.startswith("#"):
+        return None
+    node = root
+    for raw in ref[1:].split("/")[1:] if ref[1:2] == "/" else ([] if ref == "#" else [None]):
+        if raw is None:
+            return None
+        part = raw.replace("~1", "/").replace("~0", "~")
+        if isinstance(node, Mapping) and part in node:
+            node = node[part]
+        elif isinstance(node, list) and part.isdigit() and int(part) < len(node):
+            node = node[int(part)]
+        else:
+            return None
+    return node

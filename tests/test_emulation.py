@@ -136,9 +136,13 @@ def test_trained_format_when_the_model_has_one(engine):
     chosen = engine.select_emulation(capability=Capability(emulation_style="dialect",
                                                            dialect=dialect))
     assert chosen.trained and chosen.dialect == dialect
-    # a model that only has the dialect but asks for plain JSON gets plain JSON
-    plain = engine.select_emulation(capability=Capability(dialect=dialect))
-    assert plain.name == "json"
+    # a trained format wins over the default style (json): the model is prompted in the
+    # format it was trained on, and its answer is read with its own dialect ...
+    default = engine.select_emulation(capability=Capability(dialect=dialect))
+    assert default.trained and default.dialect == dialect
+    # ... unless its rule asks for another style
+    xml = engine.select_emulation(capability=Capability(dialect=dialect, emulation_style="xml"))
+    assert xml.name == "xml"
 
 
 def test_every_style_parses_with_a_named_dialect(engine):

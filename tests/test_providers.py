@@ -502,6 +502,8 @@ def test_text_fallback_uses_the_text_parser(engine, monkeypatch):
     calls = {}
 
     class FakeParser:
+        starts_in_reasoning = False
+
         def parse(self, text, finish_reason=None):
             calls["text"] = text
             return ParsedResponse(content="before", tool_calls=(ToolCall(None, "get_time", {}),),

@@ -209,12 +209,29 @@ class EmulationMixin:
                         self.render_call(c, tools, model, capability=capability, style=style)
                         for c in m.tool_calls)
                 text = content_text(m.content) or ""
-                out.append(Message(role="assistant", content=f"{text}\n\n{written}".strip(),
-                                   reasoning_content=m.reasoning_content))
+                out.append(Message(role="assistant", reasoning_content=m.reasoning_content,
+                                   content=self._turn_text(text, written, m.tool_calls, tools,
+                                                           model, capability, style)))
                 continue
             out.append(m)
         flush()
         return out
+
+    def _turn_text(self, text: str, written: str, calls: Sequence[ToolCall], tools: Any,
+                   model: Any, capability: Capability | None, style: str | None) -> str:
+        """An assistant turn as the model would have written it: its text, then its calls -
+        or the calls first where the format only reads calls at the start of an answer.
+        The order chosen is the one that reads back as the same calls."""
+        if not text:
+            return written
+        dialect = self.select_emulation(model, capability=capability, style=style).dialect
+        parser = self.text_parser(dialect=dialect, tools=tools)  # type: ignore[attr-defined]
+        want = [(c.name, c.arguments) for c in calls]
+        for candidate in (f"{text}\n\n{written}", f"{written}\n\n{text}"):
+            got = parser.parse(candidate)
+            if [(c.name, c.arguments) for c in got.tool_calls] == want:
+                return candidate
+        return f"{text}\n\n{written}"
 
     def render_template(self, name: str, context: Mapping[str, Any]) -> str:
         """Render any template of the rule set (sandboxed, strict) with `context`."""

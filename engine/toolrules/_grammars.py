@@ -44,9 +44,12 @@ def _unquote(token: str) -> str:
     return unescape(token[1:-1])
 
 
+_DELIMITED = re.compile(r"(<\|[^|]{0,8}\|>|['\"])(.*)\1", re.S)
+
+
 def _raw(text: str) -> str:
     """Text between a token's own delimiters (<|"|>...<|"|>, '...', "..."), taken as is."""
-    m = re.fullmatch(r"(<\|[^|]{0,8}\|>|['\"])(.*)\1", text, re.S)
+    m = _DELIMITED.fullmatch(text)
     return m.group(2) if m else text
 
 
@@ -99,8 +102,9 @@ def tree_to_value(node: Any) -> Any:
         return False
     if kind == "null":
         return None
-    if kind in ("name", "key"):
-        return _raw(str(kids[0])).strip()
+    if kind in ("name", "key"):  # a delimited key is taken as is, a bare one trimmed
+        m = _DELIMITED.fullmatch(str(kids[0]))
+        return m.group(2) if m else str(kids[0]).strip()
     raise ValueError(f"grammar rule {kind!r} is not in the value vocabulary")
 
 

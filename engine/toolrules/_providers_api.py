@@ -443,6 +443,16 @@ class ProvidersMixin:
         wt = WireTools({names[t.name]: (t.name, t) for t in tool_list}, transform)
         return wt, set(names)
 
+    def _content_parser(self, model: str | None, tools: Any) -> Any:
+        """The text parser for a response's content field. That field starts after the
+        prompt, and a server that splits reasoning has already removed it: content never
+        starts inside a reasoning block a template's generation prompt opened."""
+        parser = self.text_parser(model=model, tools=tools)  # type: ignore[attr-defined]
+        if parser.starts_in_reasoning:
+            parser = self.text_parser(model=model, tools=tools,  # type: ignore[attr-defined]
+                                      generation_prompt="")
+        return parser
+
     def _fallback(self, prov: Provider, model: str | None) -> bool:
         if prov.text_fallback == "never" or not hasattr(self, "text_parser"):
             return False
@@ -500,8 +510,7 @@ class ProvidersMixin:
         reasoning_text = "".join(reasoning) or None
         repairs: tuple[str, ...] = ()
         if not calls and content and self._fallback(prov, model):
-            parsed = self.text_parser(model=model, tools=tools).parse(  # type: ignore[attr-defined]
-                content, finish_reason=finish)
+            parsed = self._content_parser(model, tools).parse(content, finish_reason=finish)
             content = parsed.content
             reasoning_text = "".join(x for x in (reasoning_text, parsed.reasoning_content) if x) or None
             calls = list(parsed.tool_calls)
@@ -525,7 +534,7 @@ class ProvidersMixin:
         wt, known = self._restore_info(prov, tools, model, strict)
         text_stream = None
         if self._fallback(prov, model):
-            text_stream = self.text_parser(model=model, tools=tools).stream()  # type: ignore[attr-defined]
+            text_stream = self._content_parser(model, tools).stream()
         return ProviderStream(prov, wt, known, text_stream)
 
     def build_response(self, parsed: Any, provider: str, model: str | None = None, *,

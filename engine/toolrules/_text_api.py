@@ -47,6 +47,11 @@ class TextParser:
         probe.prime(self.generation_prompt)
         self._start = probe.start_state()  # the prompt is scanned once, not per parse
 
+    @property
+    def starts_in_reasoning(self) -> bool:
+        """True when the generation prompt left the output inside a reasoning block."""
+        return self._start[0].kind == "reasoning"
+
     def _machine(self, streaming: bool) -> Machine:
         Machine, Sink = self._classes
         sink = Sink(streaming, self.dialect.strip, self.tools, self.dialect.dedupe, self.ids)

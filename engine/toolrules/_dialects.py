@@ -374,20 +374,18 @@ def check_rules(rs: Any, rep: Any, failed: set[tuple[str, str]]) -> None:
                               "dialect-section")
             header = c.get("header") or {}
             if header.get("pattern"):
-                rx = check_regex(rep, rf, base + ("header", "pattern"), header["pattern"])
-                if rx is not None and "name" not in rx.groupindex:
-                    rep.error(rf, base + ("header", "pattern"), "the header pattern needs a "
-                              "(?P<name>...) group", "dialect-groups")
+                _check_group(rep, rf, base + ("header", "pattern"), header["pattern"], "name",
+                             "the header pattern")
             _check_payload(rep, rf, base + ("payload",), payload, kind, grammars,
                            named=bool(c.get("header")))
         msg = data.get("messages") or {}
         for j, route in enumerate(msg.get("routes") or []):
             base = ("messages", "routes", j)
-            rx = check_regex(rep, rf, base + ("match",), route.get("match"))
             if route.get("to") == "call":
-                if rx is not None and "name" not in rx.groupindex:
-                    rep.error(rf, base + ("match",), "a call route needs a (?P<name>...) group",
-                              "dialect-groups")
+                _check_group(rep, rf, base + ("match",), route.get("match"), "name",
+                             "a call route")
+            else:
+                check_regex(rep, rf, base + ("match",), route.get("match"))
                 payload = route.get("payload") or {"kind": "json"}
                 _check_payload(rep, rf, base + ("payload",), payload, payload.get("kind"),
                                grammars, named=True)
@@ -396,7 +394,6 @@ def check_rules(rs: Any, rep: Any, failed: set[tuple[str, str]]) -> None:
 
 def _check_payload(rep: Any, rf: Any, base: tuple[Any, ...], payload: dict[str, Any],
                    kind: Any, grammars: set[str], named: bool) -> None:
-    from ._lint import check_regex
 
     if kind == "params" and not payload.get("param"):
         rep.error(rf, base, "a params payload needs `param:` (open, key_until, close)",
@@ -419,10 +416,18 @@ def _check_payload(rep: Any, rf: Any, base: tuple[Any, ...], payload: dict[str, 
                   "dialect-payload")
     param = payload.get("param") or {}
     if param.get("key_pattern"):
-        rx = check_regex(rep, rf, base + ("param", "key_pattern"), param["key_pattern"])
-        if rx is not None and "key" not in rx.groupindex:
-            rep.error(rf, base + ("param", "key_pattern"), "the key pattern needs a "
-                      "(?P<key>...) group", "dialect-groups")
+        _check_group(rep, rf, base + ("param", "key_pattern"), param["key_pattern"], "key",
+                     "the key pattern")
+
+
+def _check_group(rep: Any, rf: Any, path: tuple[Any, ...], pattern: Any, group: str,
+                 what: str) -> None:
+    """The regex compiles, is safe, and has the named group the engine reads."""
+    from ._lint import check_regex
+
+    rx = check_regex(rep, rf, path, pattern)
+    if rx is not None and group not in rx.groupindex:
+        rep.error(rf, path, f"{what} needs a (?P<{group}>...) group", "dialect-groups")
 
 
 def _check_marker_conflicts(rep: Any, rf: Any, data: dict[str, Any]) -> None:

@@ -39,11 +39,23 @@ _TEXT = StreamChunkType.TEXT
 _REASONING = StreamChunkType.REASONING
 
 
+class _Channel:
+    """One text stream of a response (content or reasoning) and its strip state."""
+
+    __slots__ = ("chunk", "parts", "pending", "started")
+
+    def __init__(self, chunk: StreamChunkType):
+        self.chunk = chunk
+        self.parts: list[str] = []
+        self.started = False   # something non-blank was emitted
+        self.pending = ""      # trailing whitespace held until more text follows
+
+
 class Sink:
     """Receives scanner events; streams chunks or collects a parse result."""
 
-    __slots__ = ("calls", "dedupe", "deferred", "ids", "muted", "out", "parts", "pending_ws",
-                 "repairs", "seen", "started", "streaming", "strip", "tools", "warnings")
+    __slots__ = ("calls", "content", "dedupe", "deferred", "ids", "muted", "out", "reasoning",
+                 "repairs", "seen", "streaming", "strip", "tools", "warnings")
 
     def __init__(self, streaming: bool, strip: bool, tools: dict[str, Any], dedupe: bool,
                  ids: str):
@@ -53,9 +65,8 @@ class Sink:
         self.dedupe = dedupe
         self.ids = ids
         self.out: list[StreamChunk] = []
-        self.parts: dict[str, list[str]] = {"content": [], "reasoning": []}
-        self.started = {"content": False, "reasoning": False}
-        self.pending_ws = {"content": "", "reasoning": ""}
+        self.content = _Channel(_TEXT)
+        self.reasoning = _Channel(_REASONING)
         self.calls: list[ToolCall] = []
         self.repairs: list[str] = []
         self.warnings: list[str] = []
@@ -74,25 +85,26 @@ class Sink:
         self._text(kind, s)
 
     def _text(self, kind: str, s: str) -> None:
+        ch = self.content if kind == "content" else self.reasoning
         if self.strip:
-            if not self.started[kind]:
+            if not ch.started:
                 s = s.lstrip(_WS)
                 if not s:
                     return
             core = s.rstrip(_WS)
             if not core:
-                self.pending_ws[kind] += s
+                ch.pending += s
                 return
             tail = s[len(core):]
-            s = self.pending_ws[kind] + core
-            self.pending_ws[kind] = tail
-        self.started[kind] = True
-        self.parts[kind].append(s)
+            s = ch.pending + core
+            ch.pending = tail
+        ch.started = True
+        ch.parts.append(s)
         if self.streaming:
-            self.out.append(StreamChunk(_TEXT if kind == "content" else _REASONING, content=s))
+            self.out.append(StreamChunk(ch.chunk, content=s))
 
     def has_content(self) -> bool:
-        return self.started["content"]
+        return self.content.started
 
     # ------------------------------------------------------------ calls
 
@@ -504,7 +516,8 @@ class Machine:
                 return False
         else:
             return False
-        raw = marker + buf[self.pos:m.end()]
+        # the raw text only matters if these calls may still turn out to be text
+        raw = marker + buf[self.pos:m.end()] if self.sink.deferred is not None else ""
         self.pos = m.end()
         for name, args, call_id, reps in calls:
             self.sink.call(name, args, call_id, raw, reps)
@@ -1010,7 +1023,8 @@ class Machine:
                 return None
             return (name, args, None, repairs)
         fields = p.fields
-        name = _lookup(item, fields["name"])
+        first = fields["name"][0]  # the common case: the first name key is there
+        name = item[first] if first in item else _lookup(item, fields["name"])
         used_key = None
         if name is None:
             for alt in ("function",):
@@ -1025,7 +1039,8 @@ class Machine:
             return None
         if used_key:
             repairs.append(_KEY_REPAIRS[used_key])
-        args = _lookup(item, fields["arguments"], missing=_MISSING)
+        first = fields["arguments"][0]
+        args = item[first] if first in item else _lookup(item, fields["arguments"], _MISSING)
         if args is _MISSING:
             for alt in ("args", "parameters"):
                 if _KEY_REPAIRS[alt] in self.allowed and alt in item:

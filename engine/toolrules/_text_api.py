@@ -115,9 +115,8 @@ class TextStream:
 
 def _result(sink: Sink, finish_reason: str | None, raw: str | None,
             heuristics: Any) -> ParsedResponse:
-    parts = sink.parts
-    content = "".join(parts["content"]) or None
-    reasoning = "".join(parts["reasoning"]) or None
+    content = "".join(sink.content.parts) or None
+    reasoning = "".join(sink.reasoning.parts) or None
     calls = tuple(sink.calls)
     warnings = sink.warnings
     if heuristics and not calls and content:

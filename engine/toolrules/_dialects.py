@@ -95,7 +95,6 @@ class ParamDef:
         self.key_pattern = re.compile(pattern) if pattern else None
         self.value_open = _as_list(spec.get("value_open"))
         self.close = _as_list(spec.get("close"))
-        self.dynamic = any("{key}" in c for c in self.close)
         opt = spec.get("close_optional", False)
         self.close_optional = opt if opt in ("call", "param") else ("both" if opt else "")
         self.confirm = MarkerTable((m, "confirm") for m in _as_list(spec.get("confirm")))
@@ -167,8 +166,7 @@ class HeaderDef:
 class CallDef:
     """One call shape: where it starts, its header, its payload, how it ends."""
 
-    def __init__(self, spec: dict[str, Any], index: int, lenient: bool,
-                 fixed_name: bool = False):
+    def __init__(self, spec: dict[str, Any], index: int, lenient: bool):
         self.label = spec.get("name") or f"calls[{index}]"
         self.open = _as_list(spec.get("open"))
         self.at = spec.get("at", "anywhere")
@@ -180,12 +178,10 @@ class CallDef:
         self.payload = PayloadDef(payload, self.close, lenient)
         kept: list[str] = list(self.close)
         self.header = HeaderDef(spec["header"], kept) if spec.get("header") else None
-        self.fixed_name = fixed_name
         # eligible for the whole-text fast path: open, one JSON value, close
         p = self.payload
         self.fast = (self.header is None and p.kind == "json" and bool(self.close)
                      and not p.separator and not p.fence and not p.suffix and bool(self.open))
-        self.name_group = None  # for calls built from message routes
 
 
 class Region:
@@ -320,8 +316,7 @@ class Dialect:
             route_ends = _as_list(route.get("end")) or ends
             if to == "call":
                 c = CallDef({"name": f"messages.routes[{i}]", "close": route_ends,
-                             "payload": route.get("payload") or {"kind": "json"}}, i, lenient,
-                            fixed_name=True)
+                             "payload": route.get("payload") or {"kind": "json"}}, i, lenient)
                 c.regions = ()
                 self.calls.append(c)
                 m.routes.append(RouteDef(route["match"], c))

@@ -2,7 +2,7 @@
 
 Every problem is a `Problem` (path, 1-based line and column, level, message, check id).
 Cross-checks live with the feature that owns a rule kind and are registered in
-`CROSS_CHECKS`; each receives a `Reporter` and the parsed `RuleSet`.
+`cross_checks()`; each receives a `Reporter` and the parsed `RuleSet`.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from ._loader import RuleFile, RuleSet, parse_all, yaml_problems
 from ._schemas import schema_for
 from ._yaml import mark_of
 
-__all__ = ["CROSS_CHECKS", "Reporter", "check_regex", "lint", "regex_hazard"]
+__all__ = ["Reporter", "check_regex", "cross_checks", "lint", "regex_hazard"]
 
 
 class Reporter:
@@ -223,22 +223,16 @@ def schema_problems(rs: RuleSet, rep: Reporter) -> set[tuple[str, str]]:
 CrossCheck = Callable[[RuleSet, Reporter, set[tuple[str, str]]], None]
 
 
-def _cross_checks() -> list[CrossCheck]:
-    from . import _models
+def cross_checks() -> list[CrossCheck]:
+    """Every feature's `check_rules`, in a fixed order."""
+    from ._registry import optional_module
 
-    checks: list[CrossCheck] = [_models.check_rules]
-    for mod_name in ("_providers", "_dialects", "_tables", "_emulation"):
-        try:
-            mod = __import__(f"{__package__}.{mod_name}", fromlist=["check_rules"])
-        except ImportError:
-            continue
-        fn = getattr(mod, "check_rules", None)
+    checks: list[CrossCheck] = []
+    for name in ("_models", "_providers", "_dialects", "_tables", "_emulation"):
+        fn = getattr(optional_module(name), "check_rules", None)
         if fn is not None:
             checks.append(fn)
     return checks
-
-
-CROSS_CHECKS = _cross_checks
 
 
 def lint(rs: RuleSet, thorough: bool = True) -> list[Problem]:
@@ -248,6 +242,6 @@ def lint(rs: RuleSet, thorough: bool = True) -> list[Problem]:
     rep = Reporter(thorough)
     rep.problems.extend(yaml_problems(rs))
     failed = schema_problems(rs, rep)
-    for check in CROSS_CHECKS():
+    for check in cross_checks():
         check(rs, rep, failed)
     return sorted(rep.problems, key=lambda p: (p.path, p.line, p.col, p.check, p.message))

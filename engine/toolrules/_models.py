@@ -16,11 +16,9 @@ Parsing an id:
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass, fields
 from typing import Any
 
-from ._errors import UnknownRuleError
 from ._loader import RuleSet
 from ._types import Capability, ModelSpec
 
@@ -332,9 +330,6 @@ def _text_matches(want: Any, have: str | None, tokens: bool = False) -> bool:
     return False
 
 
-def capability_fields() -> set[str]:
-    return set(_CAP_FIELDS)
-
 
 # ---------------------------------------------------------------- lint cross-checks
 
@@ -468,14 +463,3 @@ def spec_dict(spec: ModelSpec) -> dict[str, Any]:
     return out
 
 
-def require_family(rules: ModelRules, name: str) -> None:
-    if name not in rules.family_names():
-        raise UnknownRuleError("model family", name, rules.family_names())
-
-
-def merge_capability(cap: Capability, values: dict[str, Any]) -> Capability:
-    return replace(cap, **{k: v for k, v in values.items() if k in _CAP_FIELDS})
-
-
-def iter_examples(values: Iterable[str]) -> list[str]:
-    return [v for v in values if isinstance(v, str)]

@@ -396,16 +396,7 @@ class Machine:
         if m is not None:
             start = m.start()
             if start > pos:
-                kind = r.kind
-                if kind == "content":
-                    text = buf[pos:start]
-                    self.sink.text("content", text)
-                    if self.start_ok and text.strip(_WS):
-                        self.start_ok = False
-                elif kind == "reasoning":
-                    self.sink.text("reasoning", buf[pos:start])
-                else:
-                    self._emit(r, buf[pos:start])
+                self._emit(r, buf[pos:start])
             self.pos = m.end()
             marker = m.group()
             self._act(r, exits.actions[marker], marker)

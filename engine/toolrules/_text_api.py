@@ -22,8 +22,6 @@ if TYPE_CHECKING:  # the scanner is imported on first use: `import toolrules` st
 __all__ = ["TextMixin", "TextParser", "TextStream"]
 
 MAX_TEXT_CHARS = 16 * 1024 * 1024
-_FALLBACK_DIALECTS = {"json": "json-fenced", "compact": "json-fenced", "parallel": "json-fenced",
-                      "markdown": "json-fenced", "xml": "xml-tags", "dialect": "auto"}
 
 
 class TextParser:
@@ -108,38 +106,20 @@ class TextStream:
         m.close(finish_reason)
         self.result = _result(m.sink, finish_reason, None, self._parser.heuristics)
         out, m.sink.out = m.sink.out, []
-        if self._parser.heuristics and self.result.tool_calls and not m.sink.calls:
-            out.extend(_heuristic_chunks(self.result))
         return out
 
 
 def _result(sink: Sink, finish_reason: str | None, raw: str | None,
             heuristics: Any) -> ParsedResponse:
     content = "".join(sink.content.parts) or None
-    reasoning = "".join(sink.reasoning.parts) or None
-    calls = tuple(sink.calls)
-    warnings = sink.warnings
-    if heuristics and not calls and content:
+    if heuristics and not sink.calls and content:  # the opt-in last rung, as ordinary calls
         found = heuristics(content)
+        for call in found:
+            sink.call(call.name, call.arguments, call.id, "", [])
         if found:
-            calls = tuple(found)
-            warnings = [*warnings, "calls-inferred-from-text"]
-    return ParsedResponse(content, reasoning, calls, finish_reason, tuple(sink.repairs), raw,
-                          tuple(warnings))
-
-
-def _heuristic_chunks(result: ParsedResponse) -> list[StreamChunk]:
-    from ._types import StreamChunkType
-
-    out = []
-    for i, call in enumerate(result.tool_calls):
-        out.append(StreamChunk(StreamChunkType.TOOL_START, index=i, tool_call_id=call.id,
-                               tool_name=call.name))
-        out.append(StreamChunk(StreamChunkType.TOOL_ARGS, index=i, tool_call_id=call.id,
-                               tool_name=call.name, args_delta=call.arguments_json()))
-        out.append(StreamChunk(StreamChunkType.TOOL_END, index=i, tool_call_id=call.id,
-                               tool_name=call.name, arguments=call.arguments))
-    return out
+            sink.warn("calls-inferred-from-text")
+    return ParsedResponse(content, "".join(sink.reasoning.parts) or None, tuple(sink.calls),
+                          finish_reason, tuple(sink.repairs), raw, tuple(sink.warnings))
 
 
 class TextMixin:
@@ -180,18 +160,7 @@ class TextMixin:
         if cap.native_tools:
             return cap.dialect or "auto"
         # emulated: the answer comes in the format the emulation prompt asked for
-        select = getattr(self, "select_emulation", None)
-        if select is not None:
-            return select(model).dialect
-        if cap.dialect:
-            return cap.dialect
-        table = self.ruleset.table("emulation") or {}  # type: ignore[attr-defined]
-        styles = table.get("styles") if isinstance(table, dict) else None
-        if isinstance(styles, dict) and isinstance(styles.get(cap.emulation_style), dict):
-            name = styles[cap.emulation_style].get("dialect")
-            if name:
-                return name
-        return _FALLBACK_DIALECTS.get(cap.emulation_style, "auto")
+        return self.select_emulation(model).dialect  # type: ignore[attr-defined]
 
     def text_parser(self, model: str | None = None, tools: Any = None, *,
                     dialect: str | None = None, generation_prompt: str | None = None,

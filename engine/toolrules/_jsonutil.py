@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from typing import Any
 
-__all__ = ["json_type", "resolve_pointer"]
+__all__ = ["decode_object", "json_type", "resolve_pointer"]
 
 
 def json_type(value: Any) -> str | None:
@@ -43,3 +44,12 @@ def resolve_pointer(root: Any, ref: str) -> Any:
         else:
             return None
     return node
+
+
+def decode_object(text: str) -> dict[str, Any] | None:
+    """The JSON object `text` holds, or None when it is not JSON or not an object."""
+    try:
+        value = json.loads(text)
+    except ValueError:
+        return None
+    return value if isinstance(value, dict) else None

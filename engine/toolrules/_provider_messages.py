@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ._errors import CapabilityError, ParseError, SchemaError, UnknownRuleError
+from ._jsonutil import decode_object
 from ._providers import (
     MAX_BODY_BYTES,
     MESSAGE_TRANSFORMS,
@@ -92,11 +93,7 @@ def _decode_arguments(value: Any) -> dict[str, Any] | None:
     if isinstance(value, dict):
         return value
     if isinstance(value, str):
-        try:
-            decoded = json.loads(value)
-        except ValueError:
-            return None
-        return decoded if isinstance(decoded, dict) else None
+        return decode_object(value)
     return None
 
 

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ._errors import InputTooLargeError, ParseError
-from ._provider_messages import WireTools, _join, _listify, decode_call
+from ._provider_messages import WireTools, _join, _listify, coerce_body, decode_call
 from ._providers import Provider
 from ._types import ParsedResponse, StreamChunk, StreamChunkType, ToolCall
 
@@ -67,11 +67,7 @@ class ProviderStream:
 
     @staticmethod
     def _event(event: Any) -> Any:
-        if hasattr(event, "model_dump"):
-            try:
-                return event.model_dump(mode="json", by_alias=True, exclude_none=True)
-            except TypeError:
-                return event.model_dump()
+        """One event as data; a text event may be a server-sent-events line."""
         if isinstance(event, (bytes, bytearray)):
             event = event.decode("utf-8", errors="replace")
         if isinstance(event, str):
@@ -85,14 +81,8 @@ class ProviderStream:
                 return None
             if text == "[DONE]":
                 return None
-            try:
-                return json.loads(text)
-            except ValueError as exc:
-                raise ParseError(f"stream event is not JSON: {exc}: {text[:120]!r}") from None
-        if isinstance(event, (dict, list)):
-            return event
-        raise ParseError(f"a stream event must be a dict, JSON text or an SDK object, not "
-                         f"{type(event).__name__}")
+            event = text
+        return coerce_body(event, MAX_EVENT_BYTES, "stream event")
 
     def feed(self, event: Any) -> list[StreamChunk]:
         """Consume one provider event; return the chunks it completes."""

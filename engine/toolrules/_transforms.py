@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ._errors import SchemaError
-from ._jsonutil import json_type, resolve_pointer
+from ._jsonutil import decode_object, json_type, resolve_pointer
 
 __all__ = ["OPS", "OpSpec", "Pipeline", "TransformedTool", "Work", "compile_pipeline"]
 
@@ -776,13 +776,9 @@ def _free_form_objects(work: Work, _p_: dict[str, Any]) -> None:
 
 
 def _decode_json_object(value: Any) -> Any:
-    if isinstance(value, str):
-        try:
-            decoded = json.loads(value)
-        except ValueError:
-            return value
-        return decoded if isinstance(decoded, dict) else value
-    return value
+    """A free-form object sent as JSON text comes back as the object (else unchanged)."""
+    decoded = decode_object(value) if isinstance(value, str) else None
+    return value if decoded is None else decoded
 
 
 @_op("omit_empty_parameters",

@@ -185,6 +185,14 @@ class EmulationMixin:
                 out.append(Message(role=rules.result_role, content="\n\n".join(pending)))
                 pending.clear()
 
+        parsers: list[Any] = []
+
+        def reader() -> Any:  # the dialect that reads this model's calls, built once
+            if not parsers:
+                dialect = self.select_emulation(model, capability=capability, style=style).dialect
+                parsers.append(self.text_parser(dialect=dialect, tools=tools))  # type: ignore[attr-defined]
+            return parsers[0]
+
         names: dict[str, str] = {}  # call id -> tool name, for results that omit the name
         for m in coerce_messages(messages):
             for c in m.tool_calls:
@@ -210,22 +218,21 @@ class EmulationMixin:
                         for c in m.tool_calls)
                 text = content_text(m.content) or ""
                 out.append(Message(role="assistant", reasoning_content=m.reasoning_content,
-                                   content=self._turn_text(text, written, m.tool_calls, tools,
-                                                           model, capability, style)))
+                                   content=self._turn_text(text, written, m.tool_calls,
+                                                           reader)))
                 continue
             out.append(m)
         flush()
         return out
 
-    def _turn_text(self, text: str, written: str, calls: Sequence[ToolCall], tools: Any,
-                   model: Any, capability: Capability | None, style: str | None) -> str:
+    def _turn_text(self, text: str, written: str, calls: Sequence[ToolCall],
+                   reader: Callable[[], Any]) -> str:
         """An assistant turn as the model would have written it: its text, then its calls -
         or the calls first where the format only reads calls at the start of an answer.
         The order chosen is the one that reads back as the same calls."""
         if not text:
             return written
-        dialect = self.select_emulation(model, capability=capability, style=style).dialect
-        parser = self.text_parser(dialect=dialect, tools=tools)  # type: ignore[attr-defined]
+        parser = reader()
         want = [(c.name, c.arguments) for c in calls]
         for candidate in (f"{text}\n\n{written}", f"{written}\n\n{text}"):
             got = parser.parse(candidate)

@@ -31,7 +31,7 @@ def golden_files(engine: Any, root: Path) -> Iterable[GoldenFile]:
             res = engine.resolve_model(model_id)
             cap = res.capability
             matrix[model_id] = {"spec": spec_dict(res.spec), "capability": cap.non_default()}
-            if cases.get("family", name) != res.spec.family and not cases.get("mixed"):
+            if cases.get("family", name) != res.spec.family:
                 problems.append(f"{model_id!r} resolved to family {res.spec.family!r}, "
                                 f"not {cases.get('family', name)!r}")
             if cap.dialect and dialects and cap.dialect not in dialects:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import pytest
 
-from toolrules._golden_dialects import splits, stream_parse, summary
+from toolrules.golden._dialects import splits, stream_parse, summary
 
 
 def _fn(name, **props):

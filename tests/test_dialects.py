@@ -192,7 +192,7 @@ def test_prompt_may_pre_open_a_call(engine):
 def test_fenced_payload_streams_like_parse(tmp_path):
     """`fence: true` accepts ```json ... ``` around a payload, split anywhere."""
     import toolrules
-    from toolrules._golden_dialects import splits, stream_parse, summary
+    from toolrules.golden._dialects import splits, stream_parse, summary
 
     (tmp_path / "dialects").mkdir()
     (tmp_path / "dialects" / "fenced.yaml").write_text(
@@ -210,7 +210,7 @@ def test_fenced_payload_streams_like_parse(tmp_path):
 def test_separated_json_values_and_whitespace_ownership(engine):
     """Llama writes several calls separated by ';'; whitespace after a call without a
     close marker stays text in both modes."""
-    from toolrules._golden_dialects import splits, stream_parse, summary
+    from toolrules.golden._dialects import splits, stream_parse, summary
 
     cases = [("llama3-json", '{"name": "f", "parameters": {"a": 1}} ; {"name": "g", "parameters": {}}  tail'),
              ("llama3-json", '<|python_tag|>{"name": "f", "parameters": {}};{"name": "g", "parameters": {}}'),

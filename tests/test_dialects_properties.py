@@ -15,7 +15,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from conftest import REPO
-from toolrules._golden_dialects import dialect_markers, stream_parse, summary
+from toolrules.golden._dialects import dialect_markers, stream_parse, summary
 
 
 def _cases():

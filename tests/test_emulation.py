@@ -278,8 +278,8 @@ def test_templates_are_sandboxed(tmp_path):
 
 
 def lint_overlay(tmp_path, table_text: str, templates: dict[str, str] | None = None):
-    from toolrules._lint import lint
-    from toolrules._loader import discover, layers_for
+    from toolrules._engine import lint_rules as lint
+    from toolrules.rules._loader import discover, layers_for
 
     (tmp_path / "emulation.yaml").write_text(table_text)
     for name, text in (templates or {}).items():

@@ -27,7 +27,7 @@ from toolrules import Capability, StreamChunkType, Tool, ToolCall
 
 ENGINE = toolrules.load(use_env=False, cache=False)
 STYLES = ENGINE.emulation_styles()
-MULTI = [s for s in STYLES if hasattr(ENGINE._emulation_rules().macros(s), "calls")]
+MULTI = [s for s in STYLES if hasattr(ENGINE._emulation._emulation_rules().macros(s), "calls")]
 
 SETTINGS = settings(max_examples=120, deadline=None,
                     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
@@ -267,7 +267,7 @@ tool_schemas = st.builds(
 
 def typed(call: ToolCall, tools: list[Tool]) -> bool:
     """Whether the schema of every argument names the argument's JSON type."""
-    from toolrules._values import schema_types
+    from toolrules.dialects._values import schema_types
 
     props = next(t for t in tools if t.name == call.name).parameters.get("properties") or {}
     kinds = {bool: "boolean", int: "integer", float: "number", str: "string",

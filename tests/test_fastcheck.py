@@ -8,9 +8,9 @@ import random
 from cerberus import Validator
 
 from conftest import REPO
-from toolrules._fastcheck import quick_valid
-from toolrules._loader import discover, layers_for, parse_all
-from toolrules._schemas import schema_for
+from toolrules.rules._fastcheck import quick_valid
+from toolrules.rules._loader import discover, layers_for, parse_all
+from toolrules.rules._schemas import schema_for
 
 
 def _files():

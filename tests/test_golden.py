@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from toolrules._golden import check
+from toolrules.golden import check
 
 
 def test_golden_files_up_to_date():

@@ -5,8 +5,8 @@ from __future__ import annotations
 import re
 
 from conftest import REPO
-from toolrules._lint import lint
-from toolrules._loader import discover, layers_for, parse_all
+from toolrules._engine import lint_rules as lint
+from toolrules.rules._loader import discover, layers_for, parse_all
 
 
 def _ruleset():

@@ -71,7 +71,7 @@ def test_normalization(engine, model_id, family, version, extra):
 
 
 def test_moe_size(engine):
-    from toolrules._models import parse_size
+    from toolrules.models._rules import parse_size
 
     assert parse_size("8x7b") == 56 * 10**9
     assert parse_size("1.5b") == 1_500_000_000
@@ -119,7 +119,7 @@ def test_parse_never_raises(engine, text):
 
 
 def test_long_garbage_is_bounded(engine):
-    from toolrules._models import MAX_ID_CHARS
+    from toolrules.models._rules import MAX_ID_CHARS
 
     garbage = ("llama-" * 2000) + "x" * 10_000
     spec = engine.parse_model_id(garbage)

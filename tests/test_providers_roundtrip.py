@@ -11,7 +11,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from toolrules import Message, SchemaError, Tool, ToolCall
-from toolrules._golden_providers import canonical_messages
+from toolrules.golden._providers import canonical_messages
 
 PROVIDERS = ["openai", "openai-responses", "anthropic", "gemini", "gemini-jsonschema", "bedrock",
              "ollama", "mistral", "cohere", "together", "groq", "fireworks", "openrouter",

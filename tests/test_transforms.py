@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from toolrules import SchemaError
-from toolrules._transforms import OPS, compile_pipeline, validate_step
+from toolrules.providers._transforms import OPS, compile_pipeline, validate_step
 
 
 def run(ops, schema, description="d", name="t"):

@@ -8,27 +8,7 @@ grammars/ (Lark); this package is the small engine that interprets them.
     engine.capability("claude-3.5-sonnet")
 """
 
-from ._budget import optimize_tool_definitions
-from ._emulation import EmulationPrompt, EmulationStyle
-from ._emulation_api import (
-    CallCheck,
-    build_emulation_prompt,
-    dispatch_tool_call,
-    format_validation_errors_for_retry,
-    validate_tool_call,
-    validate_tool_calls,
-)
 from ._engine import Engine, load
-from ._engineering import (
-    ExecutionPlan,
-    ToolClassification,
-    ToolDescriptionQuality,
-    audit_tool_description,
-    audit_tool_set,
-    classify_tool,
-    enhance_tool_description,
-    plan_parallel_execution,
-)
 from ._errors import (
     CapabilityError,
     InputTooLargeError,
@@ -39,20 +19,6 @@ from ._errors import (
     ToolrulesError,
     UnknownRuleError,
 )
-from ._namespacing import (
-    extract_namespace,
-    filter_tools_by_task_namespaces,
-    group_tools_by_namespace,
-    namespace_tools,
-)
-from ._response_format import (
-    ResponseFormat,
-    ToolResultConfig,
-    TruncatedResult,
-    format_list_result,
-    truncate_result,
-)
-from ._tool_errors import ToolError, ToolErrorCode, get_retry_strategy, should_retry
 from ._types import (
     Capability,
     Message,
@@ -64,8 +30,42 @@ from ._types import (
     ToolCall,
     ToolResult,
 )
-from ._validation import ToolEnvelope, ValidationError, ValidationResult
 from ._version import __version__
+from .calls._engineering import (
+    ExecutionPlan,
+    ToolClassification,
+    ToolDescriptionQuality,
+    audit_tool_description,
+    audit_tool_set,
+    classify_tool,
+    enhance_tool_description,
+    plan_parallel_execution,
+)
+from .calls._namespacing import (
+    extract_namespace,
+    filter_tools_by_task_namespaces,
+    group_tools_by_namespace,
+    namespace_tools,
+)
+from .calls._part import (
+    CallCheck,
+    dispatch_tool_call,
+    format_validation_errors_for_retry,
+    validate_tool_call,
+    validate_tool_calls,
+)
+from .calls._response_format import (
+    ResponseFormat,
+    ToolResultConfig,
+    TruncatedResult,
+    format_list_result,
+    truncate_result,
+)
+from .calls._selection import optimize_tool_definitions
+from .calls._tool_errors import ToolError, ToolErrorCode, get_retry_strategy, should_retry
+from .calls._validation import ToolEnvelope, ValidationError, ValidationResult
+from .emulation._part import build_emulation_prompt
+from .emulation._rules import EmulationPrompt, EmulationStyle
 
 __all__ = [
     "CallCheck",

@@ -1,0 +1,23 @@
+"""`toolrules bench`: performance figures, reported as measured side by side in one run.
+
+Benchmarks are not pass/fail tests. Each concern contributes a section: a function
+`bench(engine, quick) -> list[tuple[str, str]]` (label, figure), listed in `SECTIONS`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from . import _dialects, _emulation, _models, _providers
+
+__all__ = ["SECTIONS"]
+
+Section = Callable[[Any, bool], list[tuple[str, str]]]
+
+SECTIONS: tuple[tuple[str, Section], ...] = (
+    ("models", _models.bench),
+    ("dialects", _dialects.bench),
+    ("providers", _providers.bench),
+    ("emulation", _emulation.bench),
+)

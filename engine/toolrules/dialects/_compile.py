@@ -1,0 +1,447 @@
+"""Compiling a dialect rule (rules/dialects/*.yaml) into marker tables and call shapes.
+
+A dialect is a set of *regions* (content, reasoning, sections that hold calls, and for
+header-routed formats the space between messages) connected by literal markers. Each
+region compiles to one `MarkerTable`: a regex alternation of its exit markers (longest
+first) plus the set of proper marker prefixes, so the scanner can hold back exactly a
+possible partial marker at the end of a delta and nothing else.
+
+Calls have an optional header (text naming the tool, matched by a regex) and a payload:
+a JSON value (string-aware; markers inside strings are data), tagged parameters whose
+values are text typed by the tool schema, or a Lark grammar. Nothing here knows any
+particular format: the YAML says which markers mean what.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from ._jsonscan import BalancedSpec
+
+__all__ = ["CallDef", "Dialect", "HeaderDef", "MarkerTable", "ParamDef", "PayloadDef",
+           "Region", "RouteDef", "check_rules", "compile_dialect"]
+
+_JSON_QUOTES = (('"', '"', True),)
+_JSON_QUOTES_LENIENT = (('"', '"', True), ("'", "'", True))
+
+
+def _as_list(value: Any) -> list[str]:
+    if value is None:
+        return []
+    if isinstance(value, str):
+        return [value]
+    return [v for v in value if isinstance(v, str) and v]
+
+
+class MarkerTable:
+    """Literal markers of one region or phase, each bound to an action."""
+
+    __slots__ = ("actions", "maxlen", "prefixes", "regex")
+
+    def __init__(self, pairs: Iterable[tuple[str, Any]] = ()):
+        self.actions: dict[str, Any] = {}
+        for marker, action in pairs:
+            self.actions.setdefault(marker, action)
+        markers = sorted(self.actions, key=len, reverse=True)
+        self.regex = re.compile("|".join(re.escape(m) for m in markers)) if markers else None
+        self.prefixes = frozenset(m[:k] for m in markers for k in range(1, len(m)))
+        self.maxlen = max((len(m) for m in markers), default=0)
+
+    def search(self, buf: str, pos: int, final: bool = True) -> re.Match[str] | None:
+        """The leftmost (longest) marker from pos; while streaming, None if that match
+        could still grow into a longer marker (``` now, ```json once more text arrives)."""
+        if self.regex is None:
+            return None
+        m = self.regex.search(buf, pos)
+        if m is not None and not final and len(buf) - m.start() < self.maxlen \
+                and buf[m.start():] in self.prefixes:
+            return None
+        return m
+
+    def match(self, buf: str, pos: int, final: bool = True) -> re.Match[str] | None:
+        if self.regex is None:
+            return None
+        m = self.regex.match(buf, pos)
+        if m is not None and not final and len(buf) - pos < self.maxlen \
+                and buf[pos:] in self.prefixes:
+            return None
+        return m
+
+    def holdback(self, buf: str, start: int) -> int:
+        """Length of the longest tail of buf[start:] that could begin a marker."""
+        if not self.prefixes:
+            return 0
+        for k in range(min(self.maxlen - 1, len(buf) - start), 0, -1):
+            if buf[-k:] in self.prefixes:
+                return k
+        return 0
+
+    def is_prefix(self, text: str) -> bool:
+        return text in self.prefixes
+
+    def __bool__(self) -> bool:
+        return bool(self.actions)
+
+
+class ParamDef:
+    """Tagged parameters: open, key, optional value-open, value, close."""
+
+    def __init__(self, spec: dict[str, Any]):
+        self.open = _as_list(spec.get("open"))
+        self.key_until = MarkerTable((m, "key") for m in _as_list(spec.get("key_until")))
+        pattern = spec.get("key_pattern")
+        self.key_pattern = re.compile(pattern) if pattern else None
+        self.value_open = _as_list(spec.get("value_open"))
+        self.close = _as_list(spec.get("close"))
+        opt = spec.get("close_optional", False)
+        self.close_optional = opt if opt in ("call", "param") else ("both" if opt else "")
+        self.confirm = MarkerTable((m, "confirm") for m in _as_list(spec.get("confirm")))
+        self.trim = spec.get("trim", "none")
+        self.types = dict(spec.get("types") or {})
+        self.unescape = spec.get("unescape")
+        self._close_cache: dict[str, MarkerTable] = {}
+
+    def value_end(self, key: str, call_close: Sequence[str]) -> MarkerTable:
+        """Markers that end the value of `key` (cached per key)."""
+        table = self._close_cache.get(key)
+        if table is None:
+            pairs: list[tuple[str, Any]] = [(c.replace("{key}", key), "close") for c in self.close]
+            if self.close_optional in ("both", "param"):
+                pairs += [(m, "next") for m in self.open]
+            if self.close_optional in ("both", "call"):
+                pairs += [(m, "next") for m in call_close]
+            table = MarkerTable(pairs)
+            if len(self._close_cache) < 256:
+                self._close_cache[key] = table
+        return table
+
+
+class PayloadDef:
+    """How a call's payload is read (json / params / grammar / none)."""
+
+    def __init__(self, spec: dict[str, Any], stops: Sequence[str], lenient: bool):
+        self.kind = spec.get("kind", "json")
+        fields = spec.get("fields")
+        self.fields = None if fields is None else {
+            "name": tuple(fields.get("name") or ("name",)),
+            "arguments": tuple(fields.get("arguments") or ("arguments",)),
+            "id": tuple(fields.get("id") or ()),
+        }
+        self.name_as_key = bool(spec.get("name_as_key"))
+        self.array = bool(spec.get("array", self.fields is not None or self.name_as_key))
+        self.separator = spec.get("separator")
+        self.fence = bool(spec.get("fence"))
+        self.suffix = spec.get("suffix")
+        self.param = ParamDef(spec["param"]) if spec.get("param") else None
+        self.json = bool(spec.get("json"))  # params payloads: a JSON object may stand instead
+        self.grammar = spec.get("grammar")
+        self.delimited = False
+        if self.kind == "grammar":
+            quotes = [tuple(q) for q in spec.get("strings") or (('"', '"', True), ("'", "'", True))]
+            brackets = spec.get("brackets", "()[]{}")
+            self.starts = spec.get("starts") or "[{("
+            self.delimited = bool(spec.get("until_close"))
+            self.spec = BalancedSpec(quotes, brackets, stops)
+        else:
+            self.starts = spec.get("starts") or "{["
+            self.spec = BalancedSpec(_JSON_QUOTES_LENIENT if lenient else _JSON_QUOTES,
+                                     "{}[]", stops)
+
+
+class HeaderDef:
+    def __init__(self, spec: dict[str, Any], kept: Sequence[str]):
+        until = _as_list(spec.get("until"))
+        keep = bool(spec.get("keep"))
+        pairs = [(m, "keep" if keep else "until") for m in until]
+        pairs += [(m, "keep") for m in kept]
+        self.ends = MarkerTable(pairs)
+        pattern = spec.get("pattern")
+        self.pattern = re.compile(pattern, re.S) if pattern else None
+        self.optional = bool(spec.get("optional"))
+        self.unescape = spec.get("unescape")
+
+
+class CallDef:
+    """One call shape: where it starts, its header, its payload, how it ends."""
+
+    def __init__(self, spec: dict[str, Any], index: int, lenient: bool):
+        self.label = spec.get("name") or f"calls[{index}]"
+        self.open = _as_list(spec.get("open"))
+        self.at = spec.get("at", "anywhere")
+        regions = spec.get("in")
+        self.regions = tuple(_as_list(regions)) if regions is not None else ("content",)
+        self.close = tuple(_as_list(spec.get("close")))
+        self.close_table = MarkerTable((m, "close") for m in self.close)
+        payload = spec.get("payload") or {"kind": "json"}
+        self.payload = PayloadDef(payload, self.close, lenient)
+        kept: list[str] = list(self.close)
+        self.header = HeaderDef(spec["header"], kept) if spec.get("header") else None
+        # eligible for the whole-text fast path: open, one JSON value, close
+        p = self.payload
+        self.fast = (self.header is None and p.kind == "json" and bool(self.close)
+                     and not p.separator and not p.fence and not p.suffix and bool(self.open))
+
+
+class Region:
+    """A text region: where its text goes and which markers leave it."""
+
+    __slots__ = ("exits", "kind", "name", "reasoning", "start_calls", "tentative")
+
+    def __init__(self, kind: str, name: str):
+        self.kind = kind          # content | reasoning | drop | section | between | undecided
+        self.name = name
+        self.exits = MarkerTable()
+        self.start_calls: tuple[CallDef, ...] = ()
+        self.tentative = False    # calls here count only if the reasoning never closes
+        self.reasoning: Region | None = None  # undecided: the reasoning it may turn out to be
+
+    def __repr__(self) -> str:
+        return f"<Region {self.name}>"
+
+
+class RouteDef:
+    def __init__(self, pattern: str, target: Any):
+        self.pattern = re.compile(pattern, re.S)
+        self.target = target      # a Region, or a CallDef (name from the pattern's groups)
+
+
+class MessagesDef:
+    def __init__(self) -> None:
+        self.header_end = MarkerTable()
+        self.routes: list[RouteDef] = []
+
+
+class Dialect:
+    """A compiled dialect: regions, calls, repairs, defaults."""
+
+    def __init__(self, rule_id: str, data: dict[str, Any]):
+        self.id = rule_id
+        self.description = data.get("description", "")
+        self.default_prompt = data.get("default_prompt")
+        self.strip = bool(data.get("strip", True))
+        self.repairs = frozenset(data.get("repairs") or ())
+        self.dedupe = bool(data.get("dedupe"))
+        self.grammars: set[str] = set()
+        self.grammar_parsers: dict[str, Any] = {}
+        lenient = "single-quotes" in self.repairs
+        drop = _as_list(data.get("drop"))
+
+        self.content = Region("content", "content")
+        self.regions: list[Region] = [self.content]
+        reasoning_defs = data.get("reasoning") or []
+        reasoning: list[Region] = []
+        for i, r in enumerate(reasoning_defs):
+            reg = Region("reasoning", f"reasoning[{i}]")
+            reg.tentative = r.get("calls", "never") == "unclosed"
+            reasoning.append(reg)
+            self.regions.append(reg)
+        sections: dict[str, Region] = {}
+        for s in data.get("sections") or []:
+            reg = Region("section", s["name"])
+            sections[s["name"]] = reg
+            self.regions.append(reg)
+        self.calls = [CallDef(c, i, lenient) for i, c in enumerate(data.get("calls") or [])]
+        for c in self.calls:
+            if c.payload.grammar:
+                self.grammars.add(c.payload.grammar)
+
+        content_pairs: list[tuple[str, Any]] = []
+        for i, r in enumerate(reasoning_defs):
+            content_pairs += [(m, ("goto", reasoning[i])) for m in _as_list(r.get("open"))]
+        for s in data.get("sections") or []:
+            content_pairs += [(m, ("goto", sections[s["name"]])) for m in _as_list(s.get("open"))]
+        content_calls = [c for c in self.calls if "content" in c.regions]
+        for c in content_calls:
+            content_pairs += [(m, ("call", c)) for m in c.open]
+        for r in reasoning_defs:  # a stray closing marker is never content
+            content_pairs += [(m, ("drop",)) for m in _as_list(r.get("close"))]
+        content_pairs += [(m, ("drop",)) for m in drop]
+        self.content.start_calls = tuple(c for c in content_calls if not c.open)
+
+        for i, r in enumerate(reasoning_defs):
+            pairs = [(m, ("goto", self.content)) for m in _as_list(r.get("close"))]
+            if r.get("calls", "never") != "never":
+                for c in content_calls:
+                    pairs += [(m, ("call", c)) for m in c.open]
+            pairs += [(m, ("drop",)) for m in drop]
+            reasoning[i].exits = MarkerTable(pairs)
+        for s in data.get("sections") or []:
+            reg = sections[s["name"]]
+            pairs = [(m, ("goto", self.content)) for m in _as_list(s.get("close"))]
+            for c in self.calls:
+                if s["name"] in c.regions:
+                    pairs += [(m, ("call", c)) for m in c.open]
+            pairs += [(m, ("drop",)) for m in drop]
+            reg.exits = MarkerTable(pairs)
+
+        self.start = self.content
+        self.messages: MessagesDef | None = None
+        msg = data.get("messages")
+        if msg:
+            self._compile_messages(msg, drop, lenient, content_pairs)
+        self.content.exits = MarkerTable(content_pairs)
+
+        self.undecided: Region | None = None
+        for i, r in enumerate(reasoning_defs):
+            if r.get("implicit"):
+                und = Region("undecided", "undecided")
+                und.reasoning = reasoning[i]
+                pairs = [(m, ("resolve", reasoning[i], ("goto", self.content)))
+                         for m in _as_list(r.get("close"))]
+                pairs += [(m, ("resolve", None, a)) for m, a in content_pairs]
+                und.exits = MarkerTable(pairs)
+                und.start_calls = self.content.start_calls
+                self.undecided = und
+                self.regions.append(und)
+                break
+
+    def _compile_messages(self, msg: dict[str, Any], drop: list[str], lenient: bool,
+                          content_pairs: list[tuple[str, Any]]) -> None:
+        m = MessagesDef()
+        self.messages = m
+        starts = _as_list(msg.get("start"))
+        ends = _as_list(msg.get("end"))
+        between = Region("between" if msg.get("outside", "drop") == "drop" else "content",
+                         "between")
+        self.regions.append(between)
+        between.exits = MarkerTable([(s, ("header", m)) for s in starts] +
+                                    [(d, ("drop",)) for d in drop])
+        m.header_end = MarkerTable(
+            [(h, "end") for h in _as_list(msg.get("header_end"))] +
+            [(e, "abort") for e in ends] + [(s, "restart") for s in starts])
+        for i, route in enumerate(msg.get("routes") or []):
+            to = route.get("to")
+            route_ends = _as_list(route.get("end")) or ends
+            if to == "call":
+                c = CallDef({"name": f"messages.routes[{i}]", "close": route_ends,
+                             "payload": route.get("payload") or {"kind": "json"}}, i, lenient)
+                c.regions = ()
+                self.calls.append(c)
+                m.routes.append(RouteDef(route["match"], c))
+                continue
+            kind = {"content": "content", "reasoning": "reasoning", "drop": "drop"}[to]
+            body = Region(kind, f"messages.routes[{i}]")
+            body.exits = MarkerTable([(e, ("goto", between)) for e in route_ends] +
+                                     [(s, ("header", m)) for s in starts] +
+                                     [(d, ("drop",)) for d in drop])
+            self.regions.append(body)
+            m.routes.append(RouteDef(route["match"], body))
+        self.between = between
+        self.start = between
+        # the content region of a message format is only reached through routes
+        content_pairs += [(s, ("header", m)) for s in starts]
+
+
+def compile_dialect(rule_id: str, data: dict[str, Any]) -> Dialect:
+    return Dialect(rule_id, data)
+
+
+# ---------------------------------------------------------------- lint cross-checks
+
+def check_rules(rs: Any, rep: Any, failed: set[tuple[str, str]]) -> None:
+    from ..rules._lint import check_regex
+
+    grammars = set(rs.grammars)
+    for rid, rf in sorted(rs.files.get("dialect", {}).items()):
+        if ("dialect", rid) in failed or not isinstance(rf.data, dict):
+            continue
+        data = rf.data
+        if data.get("id") != rid:
+            rep.error(rf, ("id",), f"dialect id {data.get('id')!r} must equal the file stem "
+                      f"{rid!r}", "rule-id")
+        section_names = {s.get("name") for s in data.get("sections") or []}
+        for j, c in enumerate(data.get("calls") or []):
+            base = ("calls", j)
+            payload = c.get("payload") or {}
+            kind = payload.get("kind")
+            if not c.get("open") and c.get("at") != "start":
+                rep.error(rf, base, "a call without `open` markers needs `at: start` (it is "
+                          "recognized at the start of the content)", "dialect-call-open")
+            if c.get("at") == "start" and c.get("open"):
+                rep.error(rf, base + ("at",), "`at: start` is for calls without an open "
+                          "marker; remove `open` or `at`", "dialect-call-open")
+            for name in _as_list(c.get("in")):
+                if name != "content" and name not in section_names:
+                    rep.error(rf, base + ("in",), f"no section named {name!r} (sections: "
+                              f"{', '.join(sorted(n for n in section_names if n)) or 'none'})",
+                              "dialect-section")
+            header = c.get("header") or {}
+            if header.get("pattern"):
+                _check_group(rep, rf, base + ("header", "pattern"), header["pattern"], "name",
+                             "the header pattern")
+            _check_payload(rep, rf, base + ("payload",), payload, kind, grammars,
+                           named=bool(c.get("header")))
+        msg = data.get("messages") or {}
+        for j, route in enumerate(msg.get("routes") or []):
+            base = ("messages", "routes", j)
+            if route.get("to") == "call":
+                _check_group(rep, rf, base + ("match",), route.get("match"), "name",
+                             "a call route")
+            else:
+                check_regex(rep, rf, base + ("match",), route.get("match"))
+                payload = route.get("payload") or {"kind": "json"}
+                _check_payload(rep, rf, base + ("payload",), payload, payload.get("kind"),
+                               grammars, named=True)
+        _check_marker_conflicts(rep, rf, data)
+
+
+def _check_payload(rep: Any, rf: Any, base: tuple[Any, ...], payload: dict[str, Any],
+                   kind: Any, grammars: set[str], named: bool) -> None:
+
+    if kind == "params" and not payload.get("param"):
+        rep.error(rf, base, "a params payload needs `param:` (open, key_until, close)",
+                  "dialect-payload")
+    if kind == "params" and not named:
+        rep.error(rf, base, "a params payload needs a header that names the tool",
+                  "dialect-payload")
+    if kind == "grammar":
+        g = payload.get("grammar")
+        if not g:
+            rep.error(rf, base, "a grammar payload needs `grammar: <file>.lark`",
+                      "dialect-payload")
+        elif g not in grammars:
+            rep.error(rf, base + ("grammar",), f"grammar {g!r} is not in grammars/ "
+                      f"(have: {', '.join(sorted(grammars)) or 'none'})", "missing-grammar")
+    if kind == "json" and not named and payload.get("fields") is None \
+            and not payload.get("name_as_key"):
+        rep.error(rf, base, "a JSON payload without a header must say where the name is: "
+                  "`fields: {name: [name], arguments: [arguments]}` or `name_as_key: true`",
+                  "dialect-payload")
+    param = payload.get("param") or {}
+    if param.get("key_pattern"):
+        _check_group(rep, rf, base + ("param", "key_pattern"), param["key_pattern"], "key",
+                     "the key pattern")
+
+
+def _check_group(rep: Any, rf: Any, path: tuple[Any, ...], pattern: Any, group: str,
+                 what: str) -> None:
+    """The regex compiles, is safe, and has the named group the engine reads."""
+    from ..rules._lint import check_regex
+
+    rx = check_regex(rep, rf, path, pattern)
+    if rx is not None and group not in rx.groupindex:
+        rep.error(rf, path, f"{what} needs a (?P<{group}>...) group", "dialect-groups")
+
+
+def _check_marker_conflicts(rep: Any, rf: Any, data: dict[str, Any]) -> None:
+    """The same marker may not mean two things in the content region."""
+    seen: dict[str, tuple[Any, ...]] = {}
+    for i, r in enumerate(data.get("reasoning") or []):
+        for m in _as_list(r.get("open")):
+            seen.setdefault(m, ("reasoning", i, "open"))
+    for i, s in enumerate(data.get("sections") or []):
+        for m in _as_list(s.get("open")):
+            if m in seen:
+                rep.error(rf, ("sections", i, "open"), f"marker {m!r} is also used by "
+                          f"{'.'.join(map(str, seen[m]))}", "dialect-marker-conflict")
+            seen.setdefault(m, ("sections", i, "open"))
+    for j, c in enumerate(data.get("calls") or []):
+        if "content" not in (_as_list(c.get("in")) or ["content"]):
+            continue
+        for m in _as_list(c.get("open")):
+            if m in seen and seen[m][0] != "calls":
+                rep.error(rf, ("calls", j, "open"), f"marker {m!r} is also used by "
+                          f"{'.'.join(map(str, seen[m]))}", "dialect-marker-conflict")
+            seen.setdefault(m, ("calls", j, "open"))

@@ -1,0 +1,190 @@
+"""Engine methods for raw model text: `text_parser(model=..., dialect=...)`.
+
+    parser = engine.text_parser(model="Qwen/Qwen3-8B", tools=tools,
+                                generation_prompt="<|im_start|>assistant\\n<think>\\n")
+    parser.parse(text, finish_reason="stop")        # -> ParsedResponse
+    stream = parser.stream()
+    stream.feed(delta)                              # -> list[StreamChunk]
+    stream.close(finish_reason="stop")              # -> list[StreamChunk]
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from .._errors import InputTooLargeError, ParseError, UnknownRuleError
+from .._types import ParsedResponse, StreamChunk, coerce_tools
+from ..rules._part import Part
+
+if TYPE_CHECKING:  # the scanner is imported on first use: `import toolrules` stays light
+    from ._compile import Dialect
+    from ._scanner import Machine, Sink
+
+__all__ = ["DialectsPart", "TextParser", "TextStream"]
+
+MAX_TEXT_CHARS = 16 * 1024 * 1024
+
+
+class TextParser:
+    """Parses one model's raw output text with one dialect (reusable, thread-safe)."""
+
+    def __init__(self, dialect: Dialect, tools: dict[str, Any], repairs: frozenset[str],
+                 generation_prompt: str | None, ids: str = "random",
+                 max_chars: int = MAX_TEXT_CHARS, heuristics: Any = None):
+        self.dialect = dialect
+        self.tools = tools
+        self.repairs = repairs
+        self.generation_prompt = (generation_prompt if generation_prompt is not None
+                                  else dialect.default_prompt)
+        self.ids = ids
+        self.max_chars = max_chars
+        self.heuristics = heuristics
+        from ._scanner import Machine, Sink
+
+        self._classes = (Machine, Sink)
+        probe = Machine(dialect, Sink(False, dialect.strip, tools, False, ids), repairs, tools)
+        probe.prime(self.generation_prompt)
+        self._start = probe.start_state()  # the prompt is scanned once, not per parse
+
+    @property
+    def starts_in_reasoning(self) -> bool:
+        """True when the generation prompt left the output inside a reasoning block."""
+        return self._start[0].kind == "reasoning"
+
+    def _machine(self, streaming: bool) -> Machine:
+        Machine, Sink = self._classes
+        sink = Sink(streaming, self.dialect.strip, self.tools, self.dialect.dedupe, self.ids)
+        m = Machine(self.dialect, sink, self.repairs, self.tools)
+        m.restore(self._start)
+        return m
+
+    def parse(self, text: str, finish_reason: str | None = "stop") -> ParsedResponse:
+        """Content, reasoning and calls of a complete output."""
+        if not isinstance(text, str):
+            raise ParseError(f"model output must be text (str), not {type(text).__name__}")
+        if len(text) > self.max_chars:
+            raise InputTooLargeError(f"model output is {len(text)} characters; the limit is "
+                                     f"{self.max_chars} (text_parser(max_chars=...))")
+        m = self._machine(streaming=False)
+        m.buf = text
+        m.close(finish_reason)
+        return _result(m.sink, finish_reason, text, self.heuristics)
+
+    def stream(self) -> TextStream:
+        """A new incremental parser for one streamed output."""
+        return TextStream(self)
+
+
+class TextStream:
+    """Feed deltas, get typed chunks; work per delta is proportional to the delta."""
+
+    def __init__(self, parser: TextParser):
+        self._parser = parser
+        self._m = parser._machine(streaming=True)
+        self._closed = False
+        self._chars = 0
+        self.result: ParsedResponse | None = None
+
+    def feed(self, delta: str) -> list[StreamChunk]:
+        if self._closed:
+            raise ParseError("feed() after close()")
+        if not isinstance(delta, str):
+            raise ParseError(f"a delta must be text (str), not {type(delta).__name__}")
+        self._chars += len(delta)
+        if self._chars > self._parser.max_chars:
+            raise InputTooLargeError(f"streamed output passed {self._parser.max_chars} "
+                                     "characters (text_parser(max_chars=...))")
+        m = self._m
+        m.feed(delta)
+        out, m.sink.out = m.sink.out, []
+        return out
+
+    def close(self, finish_reason: str | None = "stop") -> list[StreamChunk]:
+        if self._closed:
+            return []
+        self._closed = True
+        m = self._m
+        m.close(finish_reason)
+        self.result = _result(m.sink, finish_reason, None, self._parser.heuristics)
+        out, m.sink.out = m.sink.out, []
+        return out
+
+
+def _result(sink: Sink, finish_reason: str | None, raw: str | None,
+            heuristics: Any) -> ParsedResponse:
+    content = "".join(sink.content.parts) or None
+    if heuristics and not sink.calls and content:  # the opt-in last rung, as ordinary calls
+        found = heuristics(content)
+        for call in found:
+            sink.call(call.name, call.arguments, call.id, "", [])
+        if found:
+            sink.warn("calls-inferred-from-text")
+    return ParsedResponse(content, "".join(sink.reasoning.parts) or None, tuple(sink.calls),
+                          finish_reason, tuple(sink.repairs), raw, tuple(sink.warnings))
+
+
+class DialectsPart(Part):
+    """text_parser / dialect lookup."""
+
+    def dialect(self, name: str) -> Dialect:
+        """The compiled dialect `name` (rules/dialects/<name>.yaml)."""
+        cache: dict[str, Dialect] = self._cached("dialects", dict)
+        d = cache.get(name)
+        if d is None:
+            rf = self.ruleset.get("dialect", name)
+            if rf is None:
+                raise UnknownRuleError("dialect", name, self.ruleset.ids("dialect"))
+            from ._compile import compile_dialect
+
+            d = compile_dialect(name, rf.data)
+            d.grammar_parsers = {}
+            for g in d.grammars:
+                d.grammar_parsers[g] = self._grammar(g)
+            cache[name] = d
+        return d
+
+    def _grammar(self, name: str) -> Any:
+        from ._grammars import build_grammar
+
+        asset = self.ruleset.grammars.get(name)
+        if asset is None:
+            raise UnknownRuleError("grammar", name, list(self.ruleset.grammars))
+        return build_grammar(asset.text, [str(asset.path.parent)])
+
+    def dialect_for(self, model: str | None = None, dialect: str | None = None) -> str:
+        """The dialect id used for `model`: its own, or the one its emulation style asks for."""
+        if dialect:
+            return dialect
+        if model is None:
+            return "auto"
+        cap = self.engine.capability(model)
+        if cap.native_tools:
+            return cap.dialect or "auto"
+        # emulated: the answer comes in the format the emulation prompt asked for
+        return self.engine.select_emulation(model).dialect
+
+    def text_parser(self, model: str | None = None, tools: Any = None, *,
+                    dialect: str | None = None, generation_prompt: str | None = None,
+                    repairs: Any = None, ids: str = "random", max_chars: int = MAX_TEXT_CHARS,
+                    heuristics: bool = False) -> TextParser:
+        """A parser for `model`'s raw output (its dialect), or for `dialect` directly.
+
+        Allowed repairs are the dialect's plus the model's quirks (plus `repairs`).
+        `heuristics=True` also infers calls from prose ("I'll use the X tool") when no
+        structured call is found (off by default: it guesses).
+        """
+        name = self.dialect_for(model, dialect)
+        d = self.dialect(name)
+        allowed = set(d.repairs)
+        if model is not None:
+            allowed |= set(self.engine.capability(model).quirks)
+        if repairs:
+            allowed |= set(repairs)
+        tool_map = {t.name: t.parameters for t in coerce_tools(tools)}
+        finder = None
+        if heuristics:
+            from ._heuristics import heuristic_finder
+
+            finder = heuristic_finder(self, tool_map)
+        return TextParser(d, tool_map, frozenset(allowed), generation_prompt, ids=ids,
+                          max_chars=max_chars, heuristics=finder)

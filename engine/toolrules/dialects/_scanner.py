@@ -1,0 +1,1095 @@
+"""The incremental scanner: one pass over model output, driven by a compiled Dialect.
+
+`Machine.feed(delta)` appends to a buffer and advances through it; every step consumes
+text, so nothing is scanned twice except a held-back tail that could still become a
+marker (bounded by the longest marker). `Machine.close(finish_reason)` handles the end:
+an unfinished call is dropped when the output was cut off (`length`) and otherwise given
+back as text. Events go to a `Sink`, which either builds stream chunks or collects the
+pieces of a ParsedResponse - the same events either way, so a stream split any way gives
+what parse() gives.
+"""
+
+from __future__ import annotations
+
+import html
+import itertools
+import json
+import re
+import secrets
+from typing import Any
+
+from .._types import StreamChunk, StreamChunkType, ToolCall
+from ._compile import CallDef, Dialect, MarkerTable, Region
+from ._jsonscan import Balanced, RepairFailed, repair_json
+from ._values import type_value
+
+__all__ = ["Machine", "Sink"]
+
+_WS = " \t\r\n"
+_WS_RUN = re.compile(r"[ \t\r\n]*")
+_DECODER = json.JSONDecoder()
+_MAX_HEADER = 4096
+_ID_PREFIX = secrets.token_hex(5)  # unique per process; the counter makes ids unique in it
+_ID_COUNTER = itertools.count(1)
+_PROBE_CHARS = 512
+_NAME_PROBE = re.compile(r'"([A-Za-z_]+)"\s*:\s*"([^"\\]{1,128})"')
+_KEY_REPAIRS = {"function": "function-key", "args": "args-key", "parameters": "parameters-key"}
+
+_TEXT = StreamChunkType.TEXT
+_REASONING = StreamChunkType.REASONING
+
+
+class _Channel:
+    """One text stream of a response (content or reasoning) and its strip state."""
+
+    __slots__ = ("chunk", "parts", "pending", "started")
+
+    def __init__(self, chunk: StreamChunkType):
+        self.chunk = chunk
+        self.parts: list[str] = []
+        self.started = False   # something non-blank was emitted
+        self.pending = ""      # trailing whitespace held until more text follows
+
+
+class Sink:
+    """Receives scanner events; streams chunks or collects a parse result."""
+
+    __slots__ = ("calls", "content", "dedupe", "deferred", "ids", "muted", "out", "reasoning",
+                 "repairs", "seen", "streaming", "strip", "tools", "warnings")
+
+    def __init__(self, streaming: bool, strip: bool, tools: dict[str, Any], dedupe: bool,
+                 ids: str):
+        self.streaming = streaming
+        self.strip = strip
+        self.tools = tools
+        self.dedupe = dedupe
+        self.ids = ids
+        self.out: list[StreamChunk] = []
+        self.content = _Channel(_TEXT)
+        self.reasoning = _Channel(_REASONING)
+        self.calls: list[ToolCall] = []
+        self.repairs: list[str] = []
+        self.warnings: list[str] = []
+        self.seen: set[str] | None = None
+        self.deferred: list[tuple[Any, ...]] | None = None
+        self.muted = False
+
+    # ------------------------------------------------------------ text
+
+    def text(self, kind: str, s: str) -> None:
+        if self.muted or not s:
+            return
+        if self.deferred is not None:
+            self.deferred.append(("text", kind, s))
+            return
+        self._text(kind, s)
+
+    def _text(self, kind: str, s: str) -> None:
+        ch = self.content if kind == "content" else self.reasoning
+        if self.strip:
+            if not ch.started:
+                s = s.lstrip(_WS)
+                if not s:
+                    return
+            core = s.rstrip(_WS)
+            if not core:
+                ch.pending += s
+                return
+            tail = s[len(core):]
+            s = ch.pending + core
+            ch.pending = tail
+        ch.started = True
+        ch.parts.append(s)
+        if self.streaming:
+            self.out.append(StreamChunk(ch.chunk, content=s))
+
+    def has_content(self) -> bool:
+        return self.content.started
+
+    # ------------------------------------------------------------ calls
+
+    def call(self, name: str, arguments: dict[str, Any], call_id: str | None, raw: str,
+             repairs: list[str]) -> None:
+        if self.muted:
+            return
+        if self.deferred is not None:
+            self.deferred.append(("call", name, arguments, call_id, raw, repairs))
+            return
+        self._call(name, arguments, call_id, repairs)
+
+    def _call(self, name: str, arguments: dict[str, Any], call_id: str | None,
+              repairs: list[str]) -> None:
+        if self.dedupe:
+            key = name + "\0" + json.dumps(arguments, sort_keys=True, ensure_ascii=False)
+            if self.seen is None:
+                self.seen = set()
+            if key in self.seen:
+                self.warn(f"duplicate-call-dropped: {name}")
+                return
+            self.seen.add(key)
+        for r in repairs:
+            if r not in self.repairs:
+                self.repairs.append(r)
+        if self.tools and name not in self.tools:
+            self.warnings.append(f"unknown-tool: {name}")
+        index = len(self.calls)
+        if call_id is None:
+            call_id = f"call_{index}" if self.ids == "sequential" else \
+                f"call_{_ID_PREFIX}{next(_ID_COUNTER):x}"
+        call = ToolCall(id=call_id, name=name, arguments=arguments)
+        self.calls.append(call)
+        if self.streaming:
+            args_json = json.dumps(arguments, ensure_ascii=False)
+            self.out.append(StreamChunk(StreamChunkType.TOOL_START, index=index,
+                                        tool_call_id=call_id, tool_name=name))
+            self.out.append(StreamChunk(StreamChunkType.TOOL_ARGS, index=index,
+                                        tool_call_id=call_id, tool_name=name, args_delta=args_json))
+            self.out.append(StreamChunk(StreamChunkType.TOOL_END, index=index,
+                                        tool_call_id=call_id, tool_name=name, arguments=arguments))
+
+    def progress(self, name: str | None, fragment: str) -> None:
+        if self.streaming and fragment and not self.muted:
+            self.out.append(StreamChunk(StreamChunkType.TOOL_PROGRESS, index=len(self.calls),
+                                        tool_name=name, args_delta=fragment))
+
+    def warn(self, message: str) -> None:
+        if not self.muted and message not in self.warnings:
+            self.warnings.append(message)
+
+    # ------------------------------------------------------------ deferral
+
+    def defer(self) -> None:
+        if self.deferred is None and not self.muted:
+            self.deferred = []
+
+    def resolve(self, calls_are_text: bool) -> None:
+        """End a deferral: replay events; calls become reasoning text if `calls_are_text`."""
+        events, self.deferred = self.deferred, None
+        for ev in events or ():
+            if ev[0] == "text":
+                self._text(ev[1], ev[2])
+            elif calls_are_text:
+                self._text("reasoning", ev[4])
+            else:
+                self._call(ev[1], ev[2], ev[3], ev[5])
+
+
+class _CallRun:
+    """Per-call scanning state."""
+
+    __slots__ = (
+        "anchored",
+        "bal",
+        "c",
+        "call_id",
+        "confirming",
+        "header",
+        "item_end",
+        "key",
+        "key_type",
+        "name",
+        "params",
+        "payload",
+        "phase",
+        "plen",
+        "probe",
+        "progress_name",
+        "raw",
+        "repairs",
+        "ret",
+        "started",
+        "tentative",
+        "value",
+        "value_end",
+        "values",
+    )
+
+    def __init__(self, c: CallDef, ret: Region, anchored: bool, tentative: bool):
+        self.c = c
+        self.ret = ret
+        self.anchored = anchored
+        self.tentative = tentative
+        self.raw: list[str] = []
+        self.header: list[str] = []
+        self.payload: list[str] = []
+        self.values: list[Any] = []
+        self.params: list[tuple[str, str | None, str]] = []
+        self.repairs: list[str] = []
+        self.name: str | None = None
+        self.call_id: str | None = None
+        self.bal: Balanced | None = None
+        self.started = False
+        self.key: str | None = None
+        self.key_type: str | None = None
+        self.value: list[str] = []
+        self.value_end: MarkerTable | None = None
+        self.confirming: list[str] | None = None
+        self.probe = 0
+        self.progress_name: str | None = None
+        self.plen = 0          # characters in `payload`
+        self.item_end = -1     # payload offset after the last complete array element
+        if c.header is not None:
+            self.phase = "header"
+        elif c.payload.kind == "params":
+            self.phase = "params"
+        elif c.payload.kind == "none":
+            self.phase = "close"
+        else:
+            self.phase = "payload"
+
+
+class Machine:
+    """Runs one dialect over one output (and, first, over the generation prompt)."""
+
+    __slots__ = ("_pending_call", "allowed", "buf", "call", "d", "final", "header", "header_msg",
+                 "lead", "pos", "region", "sink", "start_ok", "tools", "undecided")
+
+    def __init__(self, dialect: Dialect, sink: Sink, repairs: frozenset[str],
+                 tools: dict[str, Any]):
+        self.d = dialect
+        self.sink = sink
+        self.allowed = repairs
+        self.tools = tools
+        self.buf = ""
+        self.pos = 0
+        self.region: Region = dialect.start
+        self.call: _CallRun | None = None
+        self.header: list[str] | None = None
+        self.header_msg: Any = None
+        self.start_ok = True
+        self.undecided: list[str] = []
+        self.lead: list[str] = []
+        self.final = False
+        self._pending_call: _CallRun | None = None
+
+    # ------------------------------------------------------------ driving
+
+    def prime(self, prompt: str | None) -> None:
+        """Scan the generation prompt silently: it decides the starting region."""
+        self._pending_call = None
+        if prompt:
+            self.sink.muted = True
+            self.buf = prompt[-4096:]
+            self._run(final=True)
+            self.sink.muted = False
+            self.buf, self.pos = "", 0
+            self._pending_call, self.call = self.call, None
+        if self.region is self.d.content and self.d.undecided is not None:
+            self.region = self.d.undecided
+        self.start_ok = True
+
+    def start_state(self) -> tuple[Any, ...]:
+        """What prime() decided, to start later machines without scanning the prompt again.
+
+        A prompt may also pre-open a call (a forced call prefilled up to its open marker):
+        a call that has not read anything yet carries over to the output.
+        """
+        call = None
+        run = self._pending_call
+        if run is not None and not (run.header or run.payload or run.params or run.values):
+            call = (run.c, run.ret, run.tentative, run.phase)
+        return (self.region, None if self.header is None else list(self.header),
+                self.header_msg, call)
+
+    def restore(self, state: tuple[Any, ...]) -> None:
+        self.region, header, self.header_msg, call = state
+        self.header = None if header is None else list(header)
+        if call is not None:
+            c, ret, tentative, phase = call
+            self.call = _CallRun(c, ret, False, tentative)
+            self.call.phase = phase
+    def feed(self, delta: str) -> None:
+        self.buf += delta
+        self._run(final=False)
+
+    def close(self, finish_reason: str | None) -> None:
+        self._run(final=True)
+        if self.lead:  # whitespace held while waiting for a possible call at the start
+            lead, self.lead = "".join(self.lead), []
+            self._emit(self.region, lead)
+        if self.call is not None:
+            self._call_eof(finish_reason)
+        if self.header is not None:
+            self.sink.warn("incomplete-message-header-dropped")
+            self.header = None
+        if self.region.kind == "undecided":
+            self._flush_undecided("content")
+        if self.sink.deferred is not None:
+            self.sink.resolve(calls_are_text=False)
+        # trailing whitespace still pending in the sink is dropped (strip semantics)
+
+    def _run(self, final: bool) -> None:
+        self.final = final
+        while True:
+            if self.call is not None:
+                progressed = self._step_call(final)
+            elif self.header is not None:
+                progressed = self._step_header(final)
+            else:
+                progressed = self._step_region(final)
+            if not progressed:
+                break
+        if self.pos:
+            self.buf = self.buf[self.pos:]
+            self.pos = 0
+
+    # ------------------------------------------------------------ text regions
+
+    def _emit(self, region: Region, text: str) -> None:
+        kind = region.kind
+        if kind == "content":
+            self.sink.text("content", text)
+            if self.start_ok and text.strip(_WS):
+                self.start_ok = False
+        elif kind == "reasoning":
+            self.sink.text("reasoning", text)
+        elif kind == "section":
+            if text.strip(_WS):
+                self.sink.warn("text-inside-call-section")
+            self.sink.text("content", text)
+        elif kind == "undecided":
+            self.undecided.append(text)
+
+    def _flush_undecided(self, kind: str) -> None:
+        text = "".join(self.undecided)
+        self.undecided = []
+        if text:
+            self.sink.text(kind, text)
+            if kind == "content" and text.strip(_WS):
+                self.start_ok = False
+
+    def _step_region(self, final: bool) -> bool:
+        r = self.region
+        buf, pos = self.buf, self.pos
+        n = len(buf)
+        if pos >= n:
+            return False
+        if r.start_calls and self.start_ok and not self.sink.has_content():
+            # leading whitespace is held (consumed once) until we know if a call starts
+            i = _WS_RUN.match(buf, pos).end()
+            if i > pos:
+                self.lead.append(buf[pos:i])
+                self.pos = pos = i
+            if i >= n and not final:
+                return False
+            if i < n:
+                for c in r.start_calls:
+                    if buf[i] in c.payload.starts:
+                        if r.kind == "undecided":
+                            self._flush_undecided("content")
+                            self.region = r = self.d.content
+                        run = self._begin_call(c, r, anchored=True)
+                        run.raw.extend(self.lead)
+                        self.lead = []
+                        return True
+            self.start_ok = False
+            if self.lead:
+                lead, self.lead = "".join(self.lead), []
+                self._emit(r, lead)
+            if pos >= n:
+                return False
+        exits = r.exits
+        if final:
+            m = exits.regex.search(buf, pos) if exits.regex is not None else None
+        else:
+            m = exits.search(buf, pos, final)
+        if m is not None:
+            start = m.start()
+            if start > pos:
+                self._emit(r, buf[pos:start])
+            self.pos = m.end()
+            marker = m.group()
+            self._act(r, exits.actions[marker], marker)
+            return True
+        end = n if final else n - r.exits.holdback(buf, pos)
+        if end > pos:
+            self._emit(r, buf[pos:end])
+            self.pos = end
+        return False
+
+    def _act(self, r: Region, action: tuple[Any, ...], marker: str) -> None:
+        kind = action[0]
+        if kind == "goto":
+            target = action[1]
+            if r.kind == "reasoning" and r.tentative and self.sink.deferred is not None \
+                    and target is not r:
+                self.sink.resolve(calls_are_text=True)
+            self.region = target
+        elif kind == "call":
+            c = action[1]
+            tentative = r.kind == "reasoning" and r.tentative
+            if tentative:
+                self.sink.defer()
+            elif self.final and c.fast and self._fast_call(c, r, marker):
+                return
+            self._begin_call(c, r, anchored=False, marker=marker, tentative=tentative)
+        elif kind == "header":
+            self.header = []
+            self.header_msg = action[1]
+        elif kind == "resolve":  # leaving the undecided start region
+            reasoning, then = action[1], action[2]
+            self._flush_undecided("reasoning" if reasoning is not None else "content")
+            self.region = self.d.content
+            self._act(self.d.content, then, marker)
+        # ("drop",): the marker simply disappears
+
+    # ------------------------------------------------------------ message headers
+
+    def _step_header(self, final: bool) -> bool:
+        buf, pos = self.buf, self.pos
+        n = len(buf)
+        msg = self.header_msg
+        m = msg.header_end.search(buf, pos, final)
+        if m is None:
+            end = n if final else n - msg.header_end.holdback(buf, pos)
+            if end > pos:
+                self.header.append(buf[pos:end])
+                self.pos = end
+            return False
+        self.header.append(buf[pos:m.start()])
+        self.pos = m.end()
+        what = msg.header_end.actions[m.group()]
+        text = "".join(self.header)
+        self.header = None
+        if what == "abort":
+            self.sink.warn("message-header-without-body-dropped")
+            self.region = self.d.between
+            return True
+        if what == "restart":
+            self.sink.warn("message-header-without-body-dropped")
+            self.header = []
+            return True
+        for route in msg.routes:
+            rm = route.pattern.search(text)
+            if rm is None:
+                continue
+            target = route.target
+            if isinstance(target, Region):
+                self.region = target
+            else:
+                run = self._begin_call(target, self.d.between, anchored=False, marker="")
+                name = rm.groupdict().get("name")
+                run.name = name.strip() if name else None
+                if rm.groupdict().get("id"):
+                    run.call_id = rm.group("id")
+            return True
+        self.region = self.d.between
+        return True
+
+    # ------------------------------------------------------------ calls
+
+    def _fast_call(self, c: CallDef, ret: Region, marker: str) -> bool:
+        """The whole text is at hand and the call is `open JSON close`: read it in one go.
+
+        Only the plain success path is taken here; anything else (a repair, junk, a
+        missing close marker) falls back to the general scanner, so results are the same.
+        """
+        buf = self.buf
+        start = _WS_RUN.match(buf, self.pos).end()
+        if start >= len(buf) or buf[start] not in c.payload.starts:
+            return False
+        try:
+            value, end = _DECODER.raw_decode(buf, start)
+        except ValueError:
+            return False
+        m = c.close_table.regex.match(buf, _WS_RUN.match(buf, end).end())
+        if m is None:
+            return False
+        repairs: list[str] = []
+        if type(value) is dict:
+            built = self._one(c.payload, None, None, value, repairs)
+            if built is None:
+                return False
+            calls = [built]
+        elif type(value) is list and c.payload.array:
+            calls = [self._one(c.payload, None, None, v, repairs) for v in value]
+            if not calls or None in calls:
+                return False
+        else:
+            return False
+        # the raw text only matters if these calls may still turn out to be text
+        raw = marker + buf[self.pos:m.end()] if self.sink.deferred is not None else ""
+        self.pos = m.end()
+        for name, args, call_id, reps in calls:
+            self.sink.call(name, args, call_id, raw, reps)
+        return True
+
+    def _begin_call(self, c: CallDef, ret: Region, anchored: bool, marker: str = "",
+                    tentative: bool = False) -> _CallRun:
+        run = _CallRun(c, ret, anchored, tentative)
+        if marker:
+            run.raw.append(marker)
+        self.call = run
+        return run
+
+    def _step_call(self, final: bool) -> bool:
+        run = self.call
+        phase = run.phase
+        if phase == "header":
+            return self._step_header_call(run, final)
+        if phase == "payload":
+            return self._step_payload(run, final)
+        if phase == "after":
+            return self._step_after(run, final)
+        if phase == "params":
+            return self._step_params(run, final)
+        if phase == "skip":
+            return self._step_skip(run, final)
+        return self._step_close(run, final)
+
+    def _consume(self, run: _CallRun, end: int) -> str:
+        text = self.buf[self.pos:end]
+        if text:
+            run.raw.append(text)
+        self.pos = end
+        return text
+
+    def _skip_ws(self, run: _CallRun) -> int:
+        i = _WS_RUN.match(self.buf, self.pos).end()
+        if i > self.pos:
+            run.raw.append(self.buf[self.pos:i])
+            self.pos = i
+        return i
+
+    def _step_header_call(self, run: _CallRun, final: bool) -> bool:
+        h = run.c.header
+        buf, pos = self.buf, self.pos
+        n = len(buf)
+        if h.optional and not run.header:
+            i = self._skip_ws(run)
+            pos = self.pos
+            if i >= n and not final:
+                return False
+            if i < n and buf[i] in run.c.payload.starts:
+                run.phase = "payload"
+                return True
+        if not run.header:
+            i = pos
+            while i < n and buf[i] in _WS:
+                i += 1
+            if i > pos:
+                self._consume(run, i)
+                pos = i
+            if i >= n:
+                return False
+        m = h.ends.search(buf, pos, final)
+        if m is None:
+            end = n if final else n - h.ends.holdback(buf, pos)
+            if end > pos:
+                run.header.append(self._consume(run, end))
+            if sum(map(len, run.header)) > _MAX_HEADER:
+                self._malformed(run, "call-header-too-long")
+                return True
+            return False
+        run.header.append(self._consume(run, m.start()))
+        if h.ends.actions[m.group()] == "until":
+            self._consume(run, m.end())
+        text = "".join(run.header)
+        if h.pattern is not None:
+            hm = h.pattern.search(text)
+            if hm is None:
+                self._malformed(run, "call-header-not-recognized")
+                return True
+            groups = hm.groupdict()
+            name = groups.get("name")
+            run.name = _unescape(name.strip(), h.unescape) if name else None
+            if groups.get("id"):
+                run.call_id = _unescape(groups["id"].strip(), h.unescape)
+            if groups.get("self_close"):
+                run.phase = "close"
+                run.values = [{}]
+                self._finish_call(run)
+                return True
+        else:
+            run.name = text.strip() or None
+        if not run.name:
+            self._malformed(run, "call-without-name")
+            return True
+        run.phase = "params" if run.c.payload.kind == "params" else (
+            "close" if run.c.payload.kind == "none" else "payload")
+        if run.c.payload.kind == "none":
+            run.values = [{}]
+        return True
+
+    # -------------------------------------------------- json / grammar payloads
+
+    def _step_payload(self, run: _CallRun, final: bool) -> bool:
+        p = run.c.payload
+        buf, n = self.buf, len(self.buf)
+        if not run.started:
+            i = self._skip_ws(run)
+            if i >= n:
+                return False
+            if p.fence and not final and n - i < 3 and "```".startswith(buf[i:]):
+                return False  # maybe the start of a fence
+            if p.fence and buf.startswith("```", i):
+                j = buf.find("\n", i)
+                if j < 0:
+                    if not final and n - i < 16:
+                        return False
+                    j = i + 3
+                    while j < n and buf[j].isalnum():
+                        j += 1
+                else:
+                    j += 1
+                self._consume(run, j)
+                i = self._skip_ws(run)
+                if i >= n:
+                    return False
+            if buf[i] not in p.starts:
+                self._malformed(run, "payload-not-recognized")
+                return True
+            run.started = True
+            run.bal = Balanced(p.spec, bracketed=not p.delimited)
+            run.item_end = -1
+            if final and p.kind == "json":  # whole text at hand: let the C decoder find the end
+                try:
+                    value, end = _DECODER.raw_decode(buf, i)
+                except ValueError:
+                    pass
+                else:
+                    if isinstance(value, (dict, list)):
+                        self._consume(run, end)
+                        run.values.append(value)
+                        run.started = False
+                        run.bal = None
+                        run.phase = "after"
+                        return True
+        pos = self.pos
+        bal = run.bal
+        bal.item_end = -1
+        new, status = bal.scan(buf, pos, final)
+        if bal.item_end >= 0:  # where the last complete element of an array ended
+            run.item_end = run.plen + bal.item_end - pos
+        frag = self._consume(run, new)
+        if frag:
+            run.payload.append(frag)
+            run.plen += len(frag)
+            if self.sink.streaming:
+                if run.name is None and p.fields is not None and run.probe < _PROBE_CHARS:
+                    run.probe += len(frag)  # a UI wants the name early: look near the start
+                    nm = _NAME_PROBE.search("".join(run.payload)[:_PROBE_CHARS])
+                    if nm is not None and nm.group(1) in p.fields["name"]:
+                        run.progress_name = nm.group(2)
+                self.sink.progress(run.name or run.progress_name, frag)
+        if status == "more":
+            return False
+        if status == "bad":
+            self._malformed(run, "payload-not-recognized")
+            return True
+        return self._payload_done(run, at_marker=(status == "stop"))
+
+    def _payload_done(self, run: _CallRun, at_marker: bool) -> bool:
+        p = run.c.payload
+        text = "".join(run.payload)
+        run.payload = []
+        run.plen = 0
+        if p.kind == "grammar":
+            from ._grammars import parse_payload
+
+            try:
+                value = parse_payload(self.d, p.grammar, text)
+            except ValueError:
+                self._malformed(run, "payload-grammar-mismatch")
+                return True
+        else:
+            try:
+                value, used = repair_json(text, self.allowed, at_end_marker=at_marker)
+            except RepairFailed:
+                self._malformed(run, "payload-not-json")
+                return True
+            run.repairs.extend(used)
+        run.values.append(value)
+        run.bal = None
+        run.started = False
+        run.phase = "after"
+        return True
+
+    def _step_after(self, run: _CallRun, final: bool) -> bool:
+        """After a payload value: another value after a separator, a suffix, then close.
+
+        Whitespace is only consumed here when something may follow it (a separator or a
+        suffix): streaming waits to see what comes, so both modes agree on who owns it.
+        """
+        p = run.c.payload
+        if not (p.separator or p.suffix or p.fence):
+            run.phase = "close"
+            return True
+        buf, n = self.buf, len(self.buf)
+        i = self._skip_ws(run)
+        if i >= n and not final:
+            return False
+        if p.separator and buf.startswith(p.separator, i):
+            self._consume(run, i + len(p.separator))
+            run.phase = "payload"
+            return True
+        for lit in ([p.suffix] if p.suffix else []) + (["```"] if p.fence else []):
+            if buf.startswith(lit, i):
+                self._consume(run, i + len(lit))
+                break
+            if not final and len(buf) - i < len(lit) and lit.startswith(buf[i:]):
+                return False
+        run.phase = "close"
+        return True
+
+    # -------------------------------------------------- closing a call
+
+    def _step_close(self, run: _CallRun, final: bool) -> bool:
+        c = run.c
+        buf, n = self.buf, len(self.buf)
+        i = self._skip_ws(run) if c.close else self.pos
+        if not c.close:
+            self._finish_call(run)
+            return True
+        if i >= n:
+            return False
+        m = c.close_table.match(buf, i, final)
+        if m is not None:
+            self._consume(run, m.end())
+            self._finish_call(run)
+            return True
+        rest = buf[i:]
+        if not final and c.close_table.is_prefix(rest):
+            return False
+        # not our close marker: fine if a marker of the region we return to follows
+        # (the close was omitted, e.g. the next call starts), otherwise malformed
+        exits = run.ret.exits
+        if exits.match(buf, i, final) is not None:
+            self._finish_call(run)
+            return True
+        if not final and exits.is_prefix(rest):
+            return False
+        run.phase = "skip"
+        return True
+
+    def _step_skip(self, run: _CallRun, final: bool) -> bool:
+        """Malformed call: consume through its close marker, then give it back as text."""
+        buf = self.buf
+        m = run.c.close_table.search(buf, self.pos, final)
+        if m is None:
+            end = len(buf) if final else len(buf) - run.c.close_table.holdback(buf, self.pos)
+            self._consume(run, end)
+            return False
+        self._consume(run, m.end())
+        self._passthrough(run, "call-malformed")
+        return True
+
+    def _call_eof(self, finish_reason: str | None) -> None:
+        run = self.call
+        if run.phase in ("after", "close") and run.values:
+            self._finish_call(run)
+            return
+        if finish_reason == "length":
+            # cut off: never a half call, but complete calls before the cut are kept
+            self.call = None
+            self.region = run.ret
+            kept = list(run.values)
+            if run.phase == "payload" and run.item_end > 0:
+                head = "".join(run.payload)[:run.item_end].lstrip()
+                if head.startswith("["):
+                    try:
+                        value, _ = repair_json(head + "]", self.allowed)
+                    except RepairFailed:
+                        value = None
+                    if isinstance(value, list) and value:
+                        kept.append(value)
+            if kept:
+                run.values = kept
+                for name, args, call_id, repairs in self._build(run) or ():
+                    self.sink.call(name, args, call_id, "".join(run.raw), repairs)
+            self.sink.warn("truncated-call-dropped")
+            return
+        self._passthrough(run, "incomplete-call")
+
+    def _malformed(self, run: _CallRun, why: str) -> None:
+        if run.c.close and not run.anchored and run.phase != "skip":
+            run.phase = "skip"
+            run.repairs.append(why)
+            return
+        self._passthrough(run, why)
+
+    def _passthrough(self, run: _CallRun, why: str) -> None:
+        """Give a call that is not a call back as text, verbatim, where it stood."""
+        self.call = None
+        self.region = run.ret
+        raw = "".join(run.raw)
+        kind = "reasoning" if run.ret.kind == "reasoning" else "content"
+        self.sink.text(kind, raw)
+        if kind == "content" and raw.strip(_WS):
+            self.start_ok = False
+        if not run.anchored:
+            self.sink.warn(f"{why}-kept-as-text")
+
+    # -------------------------------------------------- tagged parameters
+
+    def _step_params(self, run: _CallRun, final: bool) -> bool:
+        pd = run.c.payload.param
+        buf, n = self.buf, len(self.buf)
+        if run.key is None and not run.value_end:
+            # between parameters: a parameter, the call's close, or the suffix
+            i = self._skip_ws(run)
+            if i >= n:
+                return False
+            if run.c.payload.json and not run.params and not run.values \
+                    and buf[i] in run.c.payload.starts:
+                run.phase = "payload"
+                return True
+            rest = buf[i:i + 64]
+            suffix = run.c.payload.suffix or ""
+            if not final and ((len(rest) < len(suffix) and suffix.startswith(rest)) or
+                              run.c.close_table.is_prefix(rest)):
+                return False  # could still become the suffix or the close marker
+            if suffix and buf.startswith(suffix, i):
+                self._consume(run, i + len(run.c.payload.suffix))
+                return True
+            m = run.c.close_table.match(buf, i, final)
+            if m is not None:
+                self._consume(run, m.end())
+                self._finish_call(run)
+                return True
+            for m_open in pd.open:
+                if buf.startswith(m_open, i):
+                    self._consume(run, i + len(m_open))
+                    run.key = ""
+                    run.header = []
+                    return True
+            rest = buf[i:]
+            if not final and (any(o.startswith(rest) for o in pd.open) or
+                              run.c.close_table.is_prefix(rest) or
+                              (run.c.payload.suffix or "\0").startswith(rest)):
+                return False
+            self._malformed(run, "params-unexpected-text")
+            return True
+        if run.value_end is None:
+            # reading the key part up to key_until, then an optional value-open marker
+            if run.key == "":
+                m = pd.key_until.search(buf, self.pos, final)
+                if m is None:
+                    end = n if final else n - pd.key_until.holdback(buf, self.pos)
+                    run.header.append(self._consume(run, end))
+                    if sum(map(len, run.header)) > _MAX_HEADER:
+                        self._malformed(run, "param-key-too-long")
+                        return True
+                    return False
+                run.header.append(self._consume(run, m.start()))
+                self._consume(run, m.end())
+                key_text = "".join(run.header)
+                run.header = []
+                if pd.key_pattern is not None:
+                    km = pd.key_pattern.search(key_text)
+                    if km is None:
+                        self._malformed(run, "param-key-not-recognized")
+                        return True
+                    key = km.group("key")
+                    run.key_type = km.groupdict().get("type")
+                else:
+                    key = key_text.strip()
+                    run.key_type = None
+                run.key = _unescape(key, pd.unescape) if key else key
+                if not run.key:
+                    self._malformed(run, "param-without-key")
+                    return True
+            if pd.value_open:
+                i = self._skip_ws(run)
+                if i >= n:
+                    return False
+                for vo in pd.value_open:
+                    if buf.startswith(vo, i):
+                        self._consume(run, i + len(vo))
+                        break
+                else:
+                    if not final and any(vo.startswith(buf[i:]) for vo in pd.value_open):
+                        return False
+                    self._malformed(run, "param-value-missing")
+                    return True
+            run.value = []
+            run.value_end = pd.value_end(run.key, run.c.close)
+            return True
+        return self._step_value(run, pd, final)
+
+    def _step_value(self, run: _CallRun, pd: Any, final: bool) -> bool:
+        buf, pos, n = self.buf, self.pos, len(self.buf)
+        if run.confirming is not None:
+            # a close tag was seen; it only counts if a structural tag follows it
+            i = _WS_RUN.match(buf, pos).end()
+            if i > pos:
+                run.confirming.append(self._consume(run, i))
+            if i >= n and not final:
+                return False
+            if i < n and pd.confirm.match(buf, i, final) is None:
+                if not final and pd.confirm.is_prefix(buf[i:]):
+                    return False
+                run.value.extend(run.confirming)  # it was text inside the value
+                run.confirming = None
+                return True
+            run.confirming = None
+            return self._end_value(run, pd)
+        table = run.value_end
+        m = table.search(buf, pos, final)
+        if m is None:
+            end = n if final else n - table.holdback(buf, pos)
+            frag = self._consume(run, end)
+            run.value.append(frag)
+            self.sink.progress(run.name, frag)
+            return False
+        what = table.actions[m.group()]
+        run.value.append(self._consume(run, m.start()))
+        if what == "close" and pd.confirm:
+            run.confirming = [self._consume(run, m.end())]
+            return True
+        if what == "close":
+            self._consume(run, m.end())
+        return self._end_value(run, pd)
+
+    def _end_value(self, run: _CallRun, pd: Any) -> bool:
+        value = "".join(run.value)
+        if pd.trim == "newline":
+            if value.startswith("\n"):
+                value = value[1:]
+            if value.endswith("\n"):
+                value = value[:-1]
+        elif pd.trim == "strip":
+            value = value.strip()
+        run.params.append((run.key, run.key_type, value))
+        run.key = None
+        run.key_type = None
+        run.value = []
+        run.value_end = None
+        return True
+
+    # -------------------------------------------------- building the calls
+
+    def _finish_call(self, run: _CallRun) -> None:
+        self.call = None
+        self.region = run.ret
+        calls = self._build(run)
+        if calls is None:
+            self._passthrough(run, "payload-not-a-call")
+            return
+        raw = "".join(run.raw)
+        for name, args, call_id, repairs in calls:
+            self.sink.call(name, args, call_id, raw, repairs)
+        if run.anchored:
+            self.start_ok = False
+
+    def _build(self, run: _CallRun) -> list[tuple[str, dict[str, Any], str | None, list[str]]] | None:
+        p = run.c.payload
+        repairs = list(run.repairs)
+        if p.kind == "params" and not run.values:
+            schema = _properties(self.tools.get(run.name))
+            args: dict[str, Any] = {}
+            for key, declared_attr, raw in run.params:
+                declared = p.param.types.get(declared_attr) if declared_attr is not None else None
+                if declared_attr is not None and declared is None and p.param.types:
+                    declared = "json"
+                args[key] = type_value(raw, schema.get(key), declared)
+            return [(run.name, args, run.call_id, repairs)]
+        out = []
+        for value in run.values:
+            items = value if isinstance(value, list) and (p.array or p.kind == "grammar") \
+                and run.name is None else [value]
+            for item in items:
+                built = self._one(p, run.name, run.call_id, item, repairs)
+                if built is None:
+                    return None
+                out.append(built)
+        return out or None
+
+    def _one(self, p: Any, header_name: str | None, header_id: str | None, item: Any,
+             repairs: list[str]) -> Any:
+        if isinstance(item, tuple):  # from a grammar: (name, arguments)
+            name, args = item
+            return (name, args, None, repairs) if isinstance(args, dict) else None
+        if header_name is not None:  # the header named the tool: the value is the arguments
+            if not isinstance(item, dict):
+                return None
+            return (header_name, self._unwrap(item, header_name, repairs), header_id, repairs)
+        if not isinstance(item, dict) or (p.fields is None and not p.name_as_key):
+            return None
+        if p.name_as_key:
+            if len(item) != 1:
+                return None
+            (name, args), = item.items()
+            if not isinstance(args, dict):
+                return None
+            return (name, args, None, repairs)
+        fields = p.fields
+        first = fields["name"][0]  # the common case: the first name key is there
+        name = item[first] if first in item else _lookup(item, fields["name"])
+        used_key = None
+        if name is None:
+            for alt in ("function",):
+                if _KEY_REPAIRS[alt] in self.allowed and alt in item:
+                    name, used_key = item[alt], alt
+                    break
+        if isinstance(name, dict):  # {"function": {"name": ..., "arguments": ...}}
+            inner = name
+            name = inner.get("name")
+            item = {**item, **{k: v for k, v in inner.items() if k != "name"}}
+        if not isinstance(name, str) or not name:
+            return None
+        if used_key:
+            repairs.append(_KEY_REPAIRS[used_key])
+        first = fields["arguments"][0]
+        args = item[first] if first in item else _lookup(item, fields["arguments"], _MISSING)
+        if args is _MISSING:
+            for alt in ("args", "parameters"):
+                if _KEY_REPAIRS[alt] in self.allowed and alt in item:
+                    args = item[alt]
+                    repairs.append(_KEY_REPAIRS[alt])
+                    break
+        if args is _MISSING or args is None or args == "":
+            args = {}
+        if isinstance(args, str):
+            if "arguments-json-string" not in self.allowed:
+                return None
+            try:
+                args = json.loads(args)
+            except ValueError:
+                return None
+            repairs.append("arguments-json-string")
+        if not isinstance(args, dict):
+            return None
+        call_id = _lookup(item, fields["id"]) if fields["id"] else None
+        return (name, self._unwrap(args, name, repairs),
+                call_id if isinstance(call_id, str) else None, repairs)
+
+    def _unwrap(self, args: dict[str, Any], name: str, repairs: list[str]) -> dict[str, Any]:
+        if "double-wrapped-arguments" in self.allowed and len(args) == 1 \
+                and isinstance(args.get("arguments"), dict) \
+                and "arguments" not in _properties(self.tools.get(name)):
+            repairs.append("double-wrapped-arguments")
+            return args["arguments"]
+        return args
+
+
+_MISSING = object()
+
+
+def _lookup(item: dict[str, Any], keys: tuple[str, ...], missing: Any = None) -> Any:
+    for key in keys:
+        if key in item:
+            return item[key]
+        if "." not in key:
+            continue
+        node: Any = item
+        for part in key.split("."):
+            if isinstance(node, dict) and part in node:
+                node = node[part]
+            else:
+                break
+        else:
+            return node
+    return missing
+
+
+def _properties(params: Any) -> dict[str, Any]:
+    if isinstance(params, dict):
+        props = params.get("properties")
+        if isinstance(props, dict):
+            return props
+    return {}
+
+
+def _unescape(text: str, how: str | None) -> str:
+    return html.unescape(text) if how == "xml" else text

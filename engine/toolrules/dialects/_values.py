@@ -1,0 +1,95 @@
+"""Typing values that a format writes as text (XML parameters), in one shared place.
+
+A value's type comes from an explicit type attribute when the format has one
+(`string="true"`, `type="number"`), otherwise from the tool's JSON schema for that
+parameter. Strings stay the raw text (even `0042` or JSON-looking text); other types
+are read as JSON, with Python literals (True/False/None) accepted. When a union allows
+a string and something else, the non-string reading is preferred if it fits. Text that
+cannot be read as its declared type is kept as the raw string (validation reports it).
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from .._jsonutil import json_type
+
+__all__ = ["schema_types", "type_value"]
+
+_PY = {"True": True, "False": False, "None": None}
+_JSON_TYPES = ("string", "integer", "number", "boolean", "null", "array", "object")
+
+
+def schema_types(schema: Any, depth: int = 0) -> set[str]:
+    """The JSON types a schema admits (empty set: unknown / anything)."""
+    if not isinstance(schema, dict) or depth > 8:
+        return set()
+    out: set[str] = set()
+    t = schema.get("type")
+    if isinstance(t, str):
+        out.add(t)
+    elif isinstance(t, list):
+        out.update(x for x in t if isinstance(x, str))
+    for key in ("anyOf", "oneOf", "allOf"):
+        for sub in schema.get(key) or ():
+            out |= schema_types(sub, depth + 1)
+    if not out and "enum" in schema:
+        for v in schema["enum"] or ():
+            out.add(_type_of(v))
+    if not out and "const" in schema:
+        out.add(_type_of(schema["const"]))
+    if not out and "properties" in schema:
+        out.add("object")
+    if not out and "items" in schema:
+        out.add("array")
+    return out
+
+
+def _type_of(v: Any) -> str:
+    return json_type(v) or "string"
+
+
+_PY_REPAIRS = frozenset({"single-quotes", "python-literals", "trailing-commas"})
+
+
+def _read(raw: str) -> tuple[bool, Any]:
+    text = raw.strip()
+    if text in _PY:
+        return True, _PY[text]
+    try:
+        return True, json.loads(text)
+    except ValueError:
+        pass
+    if text[:1] in "[{":  # a Python literal list/dict: ['a', True] reads as ["a", true]
+        from ._jsonscan import RepairFailed, repair_json
+
+        try:
+            return True, repair_json(text, _PY_REPAIRS)[0]
+        except RepairFailed:
+            pass
+    return False, None
+
+
+def _fits(value: Any, types: set[str]) -> bool:
+    kind = _type_of(value)
+    if kind in types:
+        return True
+    return kind == "integer" and "number" in types
+
+
+def type_value(raw: str, schema: Any = None, declared: str | None = None) -> Any:
+    """The typed value of `raw` given a declared type ('string'/'json'/JSON type) or schema."""
+    if declared is not None:
+        if declared == "string":
+            return raw
+        ok, value = _read(raw)
+        return value if ok else raw
+    types = schema_types(schema)
+    if not types:
+        return raw
+    non_string = types - {"string"}
+    if not non_string:
+        return raw
+    ok, value = _read(raw)
+    return value if ok and _fits(value, non_string) else raw

@@ -1,0 +1,633 @@
+"""Engine methods for provider wire formats, in both directions.
+
+Client side: translate_tools, tool_choice, build_request, parse_response,
+tool_result_message, response_stream. Server (proxy) side: parse_request,
+build_response. The provider is always a rule id from rules/providers/ (or one of its
+`aliases`); everything provider-specific comes from that rule (`_providers`).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import warnings
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any
+
+from .._errors import CapabilityError, ParseError, SchemaError, UnknownRuleError
+from .._types import Message, ParsedResponse, Tool, ToolCall, coerce_tools
+from ..rules._part import Part
+
+if TYPE_CHECKING:  # the interpreter modules load on first use: `import toolrules` stays cheap
+    from ._messages import WireTools
+    from ._rules import Provider
+    from ._transforms import Pipeline, TransformedTool
+
+__all__ = ["ProvidersPart"]
+
+_CACHE_LIMIT = 8192
+_STRICT_MODES = {True: "on", False: "off", None: None, "on": "on", "off": "off", "auto": "auto"}
+
+
+class ProvidersPart(Part):
+    """translate_tools / tool_choice / build_request / parse_response / ... per provider."""
+
+    ruleset: Any
+    _cached: Any
+    capability: Any
+    parse_model_id: Any
+
+    # ------------------------------------------------------------ rules
+
+    def providers(self) -> list[str]:
+        """Every provider id the rules define."""
+        return self.ruleset.ids("provider")
+
+    def provider_rules(self, provider: str) -> Provider:
+        """The compiled rules of `provider` (its id, or an alias it declares)."""
+        compiled: dict[str, Provider] = self._cached("providers", dict)
+        key = str(provider).strip().lower()
+        hit = compiled.get(key)
+        if hit is None:
+            from ._rules import compile_provider
+
+            ids = self.ruleset.ids("provider")
+            rule_id = key if key in ids else self._provider_aliases().get(key)
+            if rule_id is None:
+                raise UnknownRuleError("provider", str(provider), ids)
+            hit = compiled[key] = compile_provider(self.ruleset, rule_id)
+        return hit
+
+    def _provider_aliases(self) -> dict[str, str]:
+        def build() -> dict[str, str]:
+            out = {}
+            for rid in self.ruleset.ids("provider"):
+                data = self.ruleset.get("provider", rid).data or {}
+                for alias in data.get("aliases") or ():
+                    out[str(alias).lower()] = rid
+            return out
+        return self._cached("provider_aliases", build)
+
+    def _strategy(self, model: str | None) -> tuple[str | None, Pipeline | None]:
+        from ._transforms import compile_pipeline
+
+        if model is None:
+            return None, None
+        name = self.engine.capability(model).schema_strategy
+        if not name:
+            return None, None
+        table = (self.ruleset.table("schema_strategies") or {}).get("strategies") or {}
+        if name not in table:
+            raise UnknownRuleError("schema strategy", name, list(table))
+        cache: dict[str, Pipeline] = self._cached("schema_strategies", dict)
+        if name not in cache:
+            cache[name] = compile_pipeline(table[name].get("pipeline"))
+        return name, cache[name]
+
+    def _native(self, model: str | None) -> bool:
+        """Does the model call tools through the API? Ids no family rule knows are sent
+        natively - the provider's API took the tools field; known families decide."""
+        if model is None:
+            return True
+        if not self.engine.parse_model_id(model).known:
+            return True
+        return bool(self.engine.capability(model).native_tools)
+
+    # ------------------------------------------------------------ tools
+
+    def _name_map(self, prov: Provider, tools: Iterable[Tool]) -> dict[str, str]:
+        from ._messages import wire_name
+
+        taken: set[str] = set()
+        out: dict[str, str] = {}
+        for t in tools:
+            if t.name in out:
+                raise SchemaError(f"two tools are named {t.name!r}")
+            out[t.name] = w = wire_name(t.name, prov, taken)
+            taken.add(w)
+        return out
+
+    def _strict_mode(self, prov: Provider, strict: Any, model: str | None) -> str:
+        if strict not in _STRICT_MODES:
+            raise ParseError(f"strict must be True, False, None or 'auto', not {strict!r}")
+        mode = _STRICT_MODES[strict]
+        if prov.strict_pipeline is None:
+            if mode == "on":
+                raise CapabilityError(f"provider {prov.id!r} has no strict schema mode")
+            return "off"
+        if mode is None:
+            mode = prov.strict_default
+            if mode == "off" and model is not None and self.engine.capability(model).needs_tool_schema_strict:
+                mode = "auto"
+        return mode
+
+    def _transform(self, prov: Provider, tool: Tool, mode: str,
+                   strategy: Pipeline | None) -> tuple[TransformedTool, bool]:
+        base = prov.pipeline.with_strategy(strategy)
+        if mode in ("on", "auto") and prov.strict_pipeline is not None:
+            try:
+                return (base + prov.strict_pipeline).run(tool.name, tool.description,
+                                                         tool.parameters), True
+            except SchemaError:
+                if mode == "on":
+                    raise
+        return base.run(tool.name, tool.description, tool.parameters), False
+
+    def _tool_entry(self, prov: Provider, tool: Tool, wname: str, mode: str,
+                    strategy: tuple[str | None, Pipeline | None]) -> tuple[TransformedTool, str]:
+        """(transformed tool, wire tool as JSON text), cached per provider, mode, strategy
+        and tool content. JSON text, so no caller can mutate the cache."""
+        from ._rules import prune
+
+        try:
+            params_key = json.dumps(tool.parameters, ensure_ascii=False)
+        except (TypeError, ValueError) as exc:
+            raise SchemaError(f"tool {tool.name!r}: parameters are not JSON: {exc}") from None
+        key = (prov.id, mode, strategy[0], tool.name, wname, tool.description, params_key)
+        cache: dict[Any, Any] = self._cached("provider_tools", dict)
+        hit = cache.get(key)
+        if hit is None:
+            tt, is_strict = self._transform(prov, tool, mode, strategy[1])
+            desc = tt.description
+            if prov.description_max and len(desc) > prov.description_max:
+                desc = desc[:prov.description_max - 3].rstrip() + "..."
+            view = {"name": wname, "description": desc or None, "parameters": tt.parameters,
+                    "strict": is_strict}
+            opaque = {id(tt.parameters)} if tt.parameters is not None else set()
+            shaped = prune(prov.tool_shape(view), opaque)
+            if len(cache) >= _CACHE_LIMIT:
+                cache.clear()
+            hit = cache[key] = (tt, json.dumps(shaped, ensure_ascii=False))
+        return hit
+
+    def _prepare_tools(self, prov: Provider, tools: tuple[Tool, ...], model: str | None,
+                       strict: Any, names: dict[str, str] | None = None) -> list[Any]:
+        """The wire tools (before the provider's `wrap`)."""
+        if prov.max_tools and len(tools) > prov.max_tools:
+            raise SchemaError(f"{len(tools)} tools; {prov.id} accepts at most {prov.max_tools} "
+                              "per request (mask some with allowed_tools/denied_tools)")
+        mode = self._strict_mode(prov, strict, model)
+        strategy = self._strategy(model)
+        names = names if names is not None else self._name_map(prov, tools)
+        return [json.loads(self._tool_entry(prov, t, names[t.name], mode, strategy)[1])
+                for t in tools]
+
+    def _wrap(self, prov: Provider, wire: list[Any]) -> Any:
+        from ._rules import prune
+
+        if prov.tool_wrap is None:
+            return wire
+        return prune(prov.tool_wrap(wire), {id(item) for item in wire})
+
+    def translate_tools(self, tools: Any, provider: str, model: str | None = None, *,
+                        strict: Any = None, allowed_tools: Any = None,
+                        denied_tools: Any = None) -> Any:
+        """Tools -> the provider's tools field (schemas through the provider's pipeline,
+        plus the model's simplification strategy). `strict`: True, False or 'auto'
+        (default: the provider's)."""
+        prov = self.provider_rules(provider)
+        tool_list = _mask(coerce_tools(tools), allowed_tools, denied_tools)
+        return self._wrap(prov, self._prepare_tools(prov, tool_list, model, strict))
+
+    # ------------------------------------------------------------ tool choice
+
+    def tool_choice(self, choice: Any, provider: str, tools: Any = None, *,
+                    model: str | None = None) -> Any:
+        """The provider's wire value for `choice` (auto, none, required, a tool name), or
+        None when the provider is to be sent no tool_choice."""
+        from ._messages import choice_value, normalize_choice, wire_name
+
+        prov = self.provider_rules(provider)
+        norm = normalize_choice(choice)
+        if norm is None:
+            return None
+        tool_list = coerce_tools(tools) if tools is not None else ()
+        kind, name = norm
+        self._check_choice(kind, name, tool_list, model, tools is not None)
+        names = self._name_map(prov, tool_list)
+        wname = names.get(name, wire_name(name, prov, set())) if name else None
+        value, _entry = choice_value(prov, kind, wname, list(names.values()))
+        return value
+
+    def _check_choice(self, kind: str, name: str | None, tools: tuple[Tool, ...],
+                      model: str | None, have_tools: bool) -> None:
+        if kind == "named" and have_tools and name not in {t.name for t in tools}:
+            raise UnknownRuleError("tool", name or "", [t.name for t in tools])
+        if model is None or not self.engine.parse_model_id(model).known:
+            return
+        cap = self.engine.capability(model)
+        if kind == "required" and not cap.supports_tool_choice_required:
+            raise CapabilityError(f"model {model!r} does not accept tool_choice 'required'; "
+                                  "use 'auto'")
+        if kind == "named" and not cap.supports_forced_tool_choice:
+            raise CapabilityError(f"model {model!r} cannot be forced to call a specific tool; "
+                                  "use 'auto'")
+
+    # ------------------------------------------------------------ requests
+
+    def build_request(self, provider: str, model: str | None, messages: Any, tools: Any = None,
+                      tool_choice: Any = None, **options: Any) -> dict[str, Any]:
+        """A complete request body for `provider`.
+
+        Options with a meaning here: strict, parallel_tool_calls, allowed_tools,
+        denied_tools (masking: hidden tools are not sent), request_overrides (merged into
+        the body; the provider's reserved fields are protected), transforms (extra named
+        message transforms). Every other option is mapped through the provider's
+        `request.options` table (max_tokens, temperature, stream ...).
+        """
+        from ._messages import (
+            coerce_messages,
+            normalize_choice,
+            prepare_history,
+            wire_name,
+            write_messages,
+        )
+        from ._rules import get_path, set_path
+
+        prov = self.provider_rules(provider)
+        strict = options.pop("strict", None)
+        parallel = options.pop("parallel_tool_calls", None)
+        allowed = options.pop("allowed_tools", None)
+        denied = options.pop("denied_tools", None)
+        overrides = options.pop("request_overrides", None)
+        extra_transforms = tuple(options.pop("transforms", None) or ())
+        msgs = coerce_messages(messages)
+        all_tools = coerce_tools(tools)
+        tool_list = _mask(all_tools, allowed, denied)
+        norm = normalize_choice(tool_choice)
+        if norm is not None:
+            self._check_choice(norm[0], norm[1], tool_list, model, True)
+        names = self._name_map(prov, all_tools)
+        send, choice_wire, emulation = self._choose_tools(prov, model, msgs, tool_list, norm, names)
+        if emulation is not None:  # an emulated model sees its history as text too
+            msgs = self.engine.emulate_history(msgs, tool_list, model)
+        body: dict[str, Any] = {}
+        if prov.model_path and model is not None:
+            set_path(body, prov.model_path, model)
+        history = self._place_system(prov, body, msgs, emulation)
+
+        def to_wire(name: str) -> str:
+            return names.get(name) or wire_name(name, prov, set())
+
+        prepared = prepare_history(prov, history, to_wire)
+        set_path(body, prov.messages_path, write_messages(prov, prepared, extra_transforms))
+        if send:
+            wire = self._prepare_tools(prov, tuple(send), model, strict, names=names)
+            set_path(body, prov.tools_path, self._wrap(prov, wire))
+            if choice_wire is not None and prov.choice_path:
+                set_path(body, prov.choice_path, choice_wire)
+            if norm is None or norm[0] != "none":  # no calls at all: nothing to parallelize
+                self._parallel(prov, body, parallel, model)
+        for key, value in prov.defaults.items():
+            if get_path(body, key) is None:
+                set_path(body, key, json.loads(json.dumps(value)))
+        for key, value in options.items():
+            if value is None:
+                continue
+            path = prov.options.get(key)
+            if path is None:
+                err = UnknownRuleError(f"build_request option for provider {prov.id}", key,
+                                       sorted(prov.options))
+                err.args = (f"{err}; other body fields go in request_overrides={{...}}",)
+                raise err
+            set_path(body, path, value)
+        if overrides:
+            _apply_overrides(prov, body, overrides)
+        return body
+
+    def _choose_tools(self, prov: Provider, model: str | None, msgs: list[Message],
+                      tools: tuple[Tool, ...], norm: tuple[str, str | None] | None,
+                      names: dict[str, str]) -> tuple[tuple[Tool, ...], Any, str | None]:
+        """(tools to send, wire tool_choice, emulation prompt) for this model and choice."""
+        from ._messages import choice_value
+
+        if not tools:
+            return (), None, None
+        if not self._native(model):
+            if norm is not None and norm[0] == "none":
+                return (), None, None
+            render = self.engine.render_emulation  # None: emulation switched off on this engine
+            if render is None:
+                raise CapabilityError(
+                    f"model {model!r} has no native tool calling and tool emulation is switched "
+                    "off on this engine; send the request without tools, or use a model with "
+                    "native tools")
+            return (), None, render(list(tools), model=model)
+        if norm is None:
+            return tools, None, None
+        kind, name = norm
+        choice_wire, entry = choice_value(prov, kind, names.get(name or ""),
+                                          [names[t.name] for t in tools])
+        if entry.tools == "omit":  # the provider says "none" by sending no tools ...
+            if prov.keep_for_history and _has_tool_turns(msgs):
+                return tools, None, None  # ... unless the history cannot do without them
+            return (), None, None
+        if entry.tools == "only-named":
+            return tuple(t for t in tools if t.name == name), choice_wire, None
+        return tools, choice_wire, None
+
+    def _place_system(self, prov: Provider, body: dict[str, Any], msgs: list[Message],
+                      emulation: str | None) -> list[Message]:
+        """System prompts (and an emulation prompt) where the provider wants them; returns
+        the messages still to be written as the message list."""
+        from ._messages import content_text
+        from ._rules import prune, set_path
+
+        if prov.system_placement == "field":
+            systems = [content_text(m.content) or "" for m in msgs if m.role == "system"]
+            if emulation:
+                systems.append(emulation)
+            if systems:
+                text = "\n\n".join(systems)
+                set_path(body, prov.system_path or "system",
+                         prune(prov.system_shape({"text": text}), set()) if prov.system_shape else text)
+            return [m for m in msgs if m.role != "system"]
+        history = list(msgs)
+        if emulation:
+            if history and history[0].role == "system":
+                text = "\n\n".join(x for x in (content_text(history[0].content), emulation) if x)
+                history[0] = Message(role="system", content=text)
+            else:
+                history.insert(0, Message(role="system", content=emulation))
+        return history
+
+    def _parallel(self, prov: Provider, body: dict[str, Any], parallel: Any,
+                  model: str | None) -> None:
+        from ._messages import choice_value
+        from ._rules import get_path, set_path
+
+        if not prov.parallel_path:
+            return
+        want = parallel
+        if want is None and model is not None and self.engine.parse_model_id(model).known \
+                and not self.engine.capability(model).parallel_tools:
+            want = False
+        if want is None:
+            return
+        expr = prov.parallel_enabled if want else prov.parallel_disabled
+        if expr is None:
+            return
+        if prov.parallel_needs_choice and prov.choice_path and get_path(body, prov.choice_path) is None:
+            value, _e = choice_value(prov, prov.parallel_needs_choice, None, [])
+            if value is not None:
+                set_path(body, prov.choice_path, value)
+        set_path(body, prov.parallel_path, expr({}), f"provider {prov.id}: ")
+
+    def tool_result_message(self, result: Any, provider: str) -> Any:
+        """A tool result (ToolResult, tool Message or dict) as the provider's message."""
+        from ._messages import coerce_message, prepare_history, wire_name, write_messages
+
+        prov = self.provider_rules(provider)
+        m = coerce_message(result)
+        if m.role != "tool":
+            raise ParseError(f"a tool result message has role 'tool', not {m.role!r}")
+        prepared = prepare_history(prov, [m], lambda n: wire_name(n, prov, set()))
+        wires = write_messages(prov, prepared)
+        return wires[0] if len(wires) == 1 else wires
+
+    def parse_request(self, body: Any, provider: str) -> tuple[list[Message], list[Tool], Any]:
+        """A request body in `provider`'s format -> (messages, tools, tool_choice) in UTP.
+
+        tool_choice comes back as 'auto', 'none', 'required',
+        {'type': 'function', 'function': {'name': ...}}, or None when the body has none.
+        """
+        from ._messages import coerce_body, read_choice, read_history
+        from ._rules import get_path
+
+        prov = self.provider_rules(provider)
+        data = coerce_body(body, prov.max_bytes, "request body")
+        if not isinstance(data, dict):
+            raise ParseError(f"a request body for provider {prov.id} is a JSON object")
+        msgs: list[Message] = []
+        if prov.system_placement == "field" and prov.system_read is not None:
+            text = _join_text(prov.system_read(data))
+            if text:
+                msgs.append(Message(role="system", content=text))
+        wires = get_path(data, prov.messages_path)
+        if not isinstance(wires, list):
+            raise ParseError(f"not a request body for provider {prov.id}: no message list at "
+                             f"{prov.messages_path!r}")
+        msgs.extend(read_history(prov, wires))
+        tools: list[Tool] = []
+        read = prov.tools_read
+        if "each" in read:
+            for item in read["each"](data) or []:
+                name = read["name"](item) if "name" in read else None
+                if not isinstance(name, str) or not name:
+                    raise ParseError(f"a tool in the {prov.id} request has no name")
+                desc = read["description"](item) if "description" in read else None
+                params = read["parameters"](item) if "parameters" in read else None
+                if prov.tools_read_pipeline.steps and params is not None:
+                    params = prov.tools_read_pipeline.run(name, desc or "", params).parameters
+                tools.append(Tool(name=name, description=desc or "",
+                                  parameters=params if isinstance(params, dict)
+                                  else {"type": "object", "properties": {}}))
+        choice = read_choice(prov, get_path(data, prov.choice_path)) if prov.choice_path else None
+        return msgs, tools, choice
+
+    # ------------------------------------------------------------ responses
+
+    def _restore_info(self, prov: Provider, tools: Any, model: str | None,
+                      strict: Any) -> tuple[WireTools | None, set[str] | None]:
+        from ._messages import WireTools
+
+        if tools is None:
+            return None, None
+        tool_list = coerce_tools(tools)
+        names = self._name_map(prov, tool_list)
+        mode = self._strict_mode(prov, strict, model)
+        strategy = self._strategy(model)
+
+        def transform(tool: Tool) -> TransformedTool:  # only the tools that were called
+            return self._tool_entry(prov, tool, names[tool.name], mode, strategy)[0]
+
+        wt = WireTools({names[t.name]: (t.name, t) for t in tool_list}, transform)
+        return wt, set(names)
+
+    def _content_parser(self, model: str | None, tools: Any) -> Any:
+        """The text parser for a response's content field. That field starts after the
+        prompt, and a server that splits reasoning has already removed it: content never
+        starts inside a reasoning block a template's generation prompt opened."""
+        parser = self.engine.text_parser(model=model, tools=tools)
+        if parser.starts_in_reasoning:
+            parser = self.engine.text_parser(model=model, tools=tools,
+                                      generation_prompt="")
+        return parser
+
+    def _fallback(self, prov: Provider, model: str | None) -> bool:
+        if prov.text_fallback == "never":
+            return False
+        if prov.text_fallback == "always":
+            return True
+        if model is None:
+            return False
+        return not self._native(model) or bool(self.engine.capability(model).text_fallback)
+
+    def parse_response(self, body: Any, provider: str, tools: Any = None,
+                       model: str | None = None, *, strict: Any = None) -> ParsedResponse:
+        """A provider response body (dict, JSON text or SDK object) -> ParsedResponse.
+
+        With `tools`, calls come back under the original tool names with arguments in the
+        original schema's shape (undoing strict-mode nulls, flattening, string enums ...),
+        and calls to tools not in the list are flagged in `warnings`.
+        """
+        from ._messages import coerce_body, decode_call, read_wire_message
+        from ._stream import finish_call
+
+        prov = self.provider_rules(provider)
+        data = coerce_body(body, prov.max_bytes)
+        wt, known = self._restore_info(prov, tools, model, strict)
+        wires = prov.response_messages(data) if prov.response_messages else None
+        finish_wire = prov.finish_reason(data) if prov.finish_reason else None
+        if wires is None and finish_wire is None:
+            where = prov.response_messages.src if prov.response_messages else "?"
+            raise ParseError(f"not a response body for provider {prov.id}: {where!r} finds "
+                             "no message and no finish reason")
+        texts: list[str] = []
+        reasoning: list[str] = []
+        calls: list[ToolCall] = []
+        warns: list[str] = []
+        for wire in (wires if isinstance(wires, list) else [wires] if wires is not None else []):
+            if not isinstance(wire, dict):
+                raise ParseError(f"{prov.id} response: a message is a JSON object, not "
+                                 f"{type(wire).__name__}")
+            if prov.response_transforms:
+                from ._rules import MESSAGE_TRANSFORMS
+
+                wire = json.loads(json.dumps(wire))
+                for name in prov.response_transforms:
+                    wire = MESSAGE_TRANSFORMS[name].run(wire)
+            rm = read_wire_message(prov, wire)
+            if rm.text:
+                texts.append(rm.text)
+            if rm.reasoning:
+                reasoning.append(rm.reasoning)
+            for raw_id, name, args in rm.calls:
+                call = decode_call(prov, raw_id, name, args, warns)
+                if call is not None:
+                    calls.append(finish_call(call, wt, known, warns))
+        finish = prov.finish(finish_wire, bool(calls))
+        content = "".join(texts) or None
+        reasoning_text = "".join(reasoning) or None
+        repairs: tuple[str, ...] = ()
+        if not calls and content and self._fallback(prov, model):
+            parsed = self._content_parser(model, tools).parse(content, finish_reason=finish)
+            content = parsed.content
+            reasoning_text = "".join(x for x in (reasoning_text, parsed.reasoning_content) if x) or None
+            calls = list(parsed.tool_calls)
+            repairs = tuple(parsed.repairs)
+            warns.extend(parsed.warnings)
+            if calls and finish == "stop":
+                finish = "tool_calls"
+        return ParsedResponse(content=content, reasoning_content=reasoning_text,
+                              tool_calls=tuple(calls), finish_reason=finish, repairs=repairs,
+                              raw=data, warnings=tuple(warns))
+
+    def response_stream(self, provider: str, tools: Any = None, model: str | None = None, *,
+                        strict: Any = None) -> Any:
+        """A consumer of the provider's own stream events: `feed(event)` -> chunks,
+        `close()` -> the rest, `result` -> the ParsedResponse (same as parse_response)."""
+        from ._stream import ProviderStream
+
+        prov = self.provider_rules(provider)
+        if not prov.stream_rules:
+            raise CapabilityError(f"provider {prov.id!r} has no stream rules")
+        wt, known = self._restore_info(prov, tools, model, strict)
+        text_stream = None
+        if self._fallback(prov, model):
+            text_stream = self._content_parser(model, tools).stream()
+        return ProviderStream(prov, wt, known, text_stream)
+
+    def build_response(self, parsed: Any, provider: str, model: str | None = None, *,
+                       response_id: str | None = None, created: int | None = None
+                       ) -> dict[str, Any]:
+        """A ParsedResponse -> a response body in `provider`'s format (for proxies)."""
+        from ._messages import coerce_message, derived_id
+        from ._rules import prune
+
+        prov = self.provider_rules(provider)
+        if isinstance(parsed, dict):
+            parsed = ParsedResponse(content=parsed.get("content"),
+                                    reasoning_content=parsed.get("reasoning_content"),
+                                    tool_calls=coerce_message({"role": "assistant", **parsed}).tool_calls,
+                                    finish_reason=parsed.get("finish_reason"))
+        if not isinstance(parsed, ParsedResponse):
+            raise ParseError(f"build_response takes a ParsedResponse, not {type(parsed).__name__}")
+        seed = json.dumps([parsed.content, parsed.reasoning_content,
+                           [[c.id, c.name, c.arguments] for c in parsed.tool_calls]],
+                          sort_keys=True, default=str)
+        rule = prov.call_ids
+        opaque: set[int] = set()
+        calls = []
+        for i, c in enumerate(parsed.tool_calls):
+            cid = c.id
+            if cid is None and rule.get("required"):
+                cid = derived_id(f"{seed}:{i}", rule.get("prefix", "call_"), rule.get("length", 24))
+            elif cid is not None and prov._id_pattern is not None and not prov._id_pattern.fullmatch(cid):
+                cid = derived_id(cid, rule.get("prefix", ""), rule.get("length", 24))
+            opaque.add(id(c.arguments))
+            calls.append({"id": cid, "name": c.name, "arguments": c.arguments,
+                          "arguments_json": c.arguments_json(), "index": i})
+        finish = parsed.finish_reason or ("tool_calls" if calls else "stop")
+        calls_view = calls or None  # null, not [], so `tool_calls[].{...}` writes nothing
+        when = int(time.time()) if created is None else int(created)
+        view: dict[str, Any] = {
+            "id": response_id or derived_id(seed, prov.id_prefix, len(prov.id_prefix) + 24),
+            "model": model, "created": when,
+            "created_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(when)),
+            "text": parsed.content or None, "reasoning": parsed.reasoning_content or None,
+            "tool_calls": calls_view, "finish_reason": prov.wire_finish(finish),
+        }
+        writer = prov.response_message or prov.writers.get("assistant")
+        if writer is None or prov.response_build is None:
+            raise CapabilityError(f"provider {prov.id!r} has no response.build rule")
+        message = prune(writer(view), opaque)
+        view["message"] = message
+        view["messages"] = message if isinstance(message, list) else [message]
+        return prune(prov.response_build(view), opaque | {id(message)})
+
+
+# ---------------------------------------------------------------- helpers
+
+def _names(value: Any) -> set[str] | None:
+    if value is None:
+        return None
+    if isinstance(value, str):
+        return {v.strip() for v in value.split(",") if v.strip()}
+    return {v.name if isinstance(v, Tool) else str(v) for v in value}
+
+
+def _mask(tools: tuple[Tool, ...], allowed: Any, denied: Any) -> tuple[Tool, ...]:
+    """Seed 003 tool masking: hidden tools are not sent at all."""
+    allow = _names(allowed)
+    deny = _names(denied) or set()
+    return tuple(t for t in tools if (allow is None or t.name in allow) and t.name not in deny)
+
+
+def _has_tool_turns(msgs: list[Message]) -> bool:
+    return any(m.role == "tool" or m.tool_calls for m in msgs)
+
+
+def _join_text(value: Any) -> str | None:
+    if isinstance(value, list):
+        return "\n\n".join(v for v in value if isinstance(v, str)) or None
+    return value if isinstance(value, str) else None
+
+
+def _apply_overrides(prov: Provider, body: dict[str, Any], overrides: Any) -> None:
+    """Seed 003 request_overrides: merged into the body; reserved fields are ignored."""
+    if not isinstance(overrides, dict):
+        raise ParseError("request_overrides must be a mapping")
+    ignored = sorted(k for k in overrides if k in prov.reserved)
+    if ignored:
+        warnings.warn(f"request_overrides: {', '.join(ignored)} reserved for toolrules in "
+                      f"{prov.id} requests; ignored", stacklevel=3)
+
+    def deep(dst: dict[str, Any], src: dict[str, Any]) -> None:
+        for k, v in src.items():
+            if isinstance(v, dict) and isinstance(dst.get(k), dict):
+                deep(dst[k], v)
+            else:
+                dst[k] = json.loads(json.dumps(v))
+
+    deep(body, {k: v for k, v in overrides.items() if k not in prov.reserved})

@@ -1,0 +1,612 @@
+"""Provider wire formats: one generic interpreter for rules/providers/*.yaml.
+
+A provider rule is data - JMESPath expressions that *build* wire objects from views of
+the UTP values (tools, messages, a parsed response) and *read* UTP values out of wire
+objects (request bodies, response bodies, stream events), plus tables (tool_choice,
+finish reasons, option paths) and a schema transform pipeline (`_transforms`). Files
+reuse each other with `extends:` (deep merge; null removes an inherited field).
+
+Nothing here knows a provider: if a provider needs something this module cannot
+express, the rule language grows a feature (a field in `_schemas_providers`) and the
+provider says it in YAML.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from .._errors import CapabilityError, ParseError, UnknownRuleError
+from ..rules._loader import RuleSet
+from ._transforms import Pipeline, compile_pipeline, validate_step
+
+__all__ = ["CHOICE_KINDS", "MESSAGE_TRANSFORMS", "Provider", "check_rules", "compile_provider",
+           "merged_rule"]
+
+MAX_BODY_BYTES = 16 << 20
+CHOICE_KINDS = ("auto", "none", "required", "named")
+
+
+# ---------------------------------------------------------------- expressions
+
+class Expr:
+    """A compiled JMESPath expression that knows where it came from (for errors)."""
+
+    __slots__ = ("_compiled", "src", "where")
+
+    def __init__(self, src: str, where: str):
+        import jmespath
+
+        self.src = src
+        self.where = where
+        self._compiled = jmespath.compile(src)
+
+    def __call__(self, data: Any) -> Any:
+        from jmespath.exceptions import JMESPathError
+
+        try:
+            return self._compiled.search(data)
+        except JMESPathError as exc:
+            raise ParseError(f"{self.where}: expression {self.src!r} failed: {exc}") from None
+
+    def __repr__(self) -> str:
+        return f"Expr({self.src!r})"
+
+
+def _expr(value: Any, where: str) -> Expr | None:
+    return Expr(value, where) if isinstance(value, str) else None
+
+
+def get_path(body: Any, path: str) -> Any:
+    node = body
+    for part in path.split("."):
+        if not isinstance(node, dict):
+            return None
+        node = node.get(part)
+    return node
+
+
+def set_path(body: dict[str, Any], path: str, value: Any, where: str = "") -> None:
+    parts = path.split(".")
+    node = body
+    for part in parts[:-1]:
+        nxt = node.get(part)
+        if nxt is None:
+            nxt = node[part] = {}
+        if not isinstance(nxt, dict):
+            raise CapabilityError(f"{where}cannot set {path!r}: {part!r} is not an object here")
+        node = nxt
+    node[parts[-1]] = value
+
+
+def prune(value: Any, opaque: set[int]) -> Any:
+    """Drop nulls from containers an expression built: a field that is null is not sent.
+
+    Values passed through from the caller (schemas, arguments, outputs) are `opaque`:
+    kept exactly as they are, since a null inside them is data. Views give empty call
+    lists as null, so `tool_calls[].{...}` disappears instead of sending [].
+    """
+    if id(value) in opaque:
+        return value
+    if isinstance(value, dict):
+        return {k: prune(v, opaque) for k, v in value.items() if v is not None}
+    if isinstance(value, list):
+        return [prune(v, opaque) for v in value if v is not None]
+    return value
+
+
+# ---------------------------------------------------------------- merging `extends`
+
+def merge(base: dict[str, Any], child: dict[str, Any]) -> dict[str, Any]:
+    """Child over base: mappings merge, lists and values replace, null removes."""
+    out = dict(base)
+    for k, v in child.items():
+        if v is None:
+            out.pop(k, None)
+        elif isinstance(v, dict) and isinstance(out.get(k), dict):
+            out[k] = merge(out[k], v)
+        else:
+            out[k] = v
+    return out
+
+
+def merged_rule(rs: RuleSet, rule_id: str, _seen: tuple[str, ...] = ()) -> dict[str, Any]:
+    """A provider's data with its `extends:` chain applied (plain dicts)."""
+    from ..rules._yaml import plain
+
+    rf = rs.get("provider", rule_id)
+    if rf is None:
+        raise UnknownRuleError("provider", rule_id, rs.ids("provider"))
+    data = plain(rf.data) if isinstance(rf.data, dict) else {}
+    parent = data.get("extends")
+    if isinstance(parent, str):
+        if parent in _seen or parent == rule_id:
+            raise ParseError(f"provider {rule_id!r}: extends cycle through {parent!r}")
+        data = merge(merged_rule(rs, parent, (*_seen, rule_id)), data)
+    data.pop("extends", None)
+    data["id"] = rule_id
+    return data
+
+
+# ---------------------------------------------------------------- named transforms (seed 003)
+
+@dataclass(frozen=True, slots=True)
+class NamedTransform:
+    name: str
+    where: str  # "messages" (outbound wire messages), "response" (inbound), "call"
+    doc: str
+    run: Callable[[Any], Any]
+
+
+def _is_call_message(msg: Any) -> bool:
+    return isinstance(msg, dict) and msg.get("role") == "assistant" and bool(msg.get("tool_calls"))
+
+
+def _content_null_if_blank(msg: Any) -> Any:
+    if _is_call_message(msg):
+        content = msg.get("content")
+        if content is None or (isinstance(content, str) and not content.strip()):
+            msg["content"] = None
+    return msg
+
+
+def _reasoning_content_if_missing(msg: Any) -> Any:
+    if _is_call_message(msg) and msg.get("reasoning_content") is None:
+        msg["reasoning_content"] = ""
+    return msg
+
+
+def _map_call_arguments(msg: Any, fn: Callable[[Any], Any]) -> Any:
+    calls = msg.get("tool_calls") if isinstance(msg, dict) else None
+    if isinstance(calls, list):
+        for call in calls:
+            fn_part = call.get("function") if isinstance(call, dict) else None
+            if isinstance(fn_part, dict) and "arguments" in fn_part:
+                fn_part["arguments"] = fn(fn_part["arguments"])
+    return msg
+
+
+def _args_to_string(value: Any) -> Any:
+    return json.dumps(value, ensure_ascii=False) if isinstance(value, (dict, list)) else value
+
+
+def _args_to_object(value: Any) -> Any:
+    if isinstance(value, str):
+        try:
+            decoded = json.loads(value) if value.strip() else {}
+        except ValueError:
+            return value
+        return decoded if isinstance(decoded, dict) else value
+    return value
+
+
+def _function_call_to_tool_calls(msg: Any) -> Any:
+    if isinstance(msg, dict) and isinstance(msg.get("function_call"), dict) and not msg.get("tool_calls"):
+        fc = msg.pop("function_call")
+        msg["tool_calls"] = [{"id": fc.get("id"), "type": "function",
+                              "function": {"name": fc.get("name"), "arguments": fc.get("arguments")}}]
+    return msg
+
+
+def _tool_calls_object_to_array(msg: Any) -> Any:
+    calls = msg.get("tool_calls") if isinstance(msg, dict) else None
+    if isinstance(calls, dict):
+        if "function" in calls or "name" in calls:
+            msg["tool_calls"] = [calls]
+        else:  # keyed by position: {"0": {...}, "1": {...}}
+            keys = sorted(calls, key=lambda k: (not str(k).isdigit(), int(k) if str(k).isdigit() else 0, str(k)))
+            msg["tool_calls"] = [calls[k] for k in keys]
+    return msg
+
+
+def _blank_arguments(args: Any) -> Any:
+    if args is None or (isinstance(args, str) and not args.strip()):
+        return {}
+    return args
+
+
+MESSAGE_TRANSFORMS: dict[str, NamedTransform] = {t.name: t for t in (
+    NamedTransform("content_null_if_blank", "messages",
+                   "assistant turns with tool calls send content null instead of blank text",
+                   _content_null_if_blank),
+    NamedTransform("reasoning_content_if_missing", "messages",
+                   "assistant turns with tool calls carry reasoning_content (\"\" when there "
+                   "was none): reasoner routes reject tool-call turns without it",
+                   _reasoning_content_if_missing),
+    NamedTransform("arguments_to_string", "messages",
+                   "tool call arguments written as JSON text", lambda m: _map_call_arguments(m, _args_to_string)),
+    NamedTransform("arguments_to_object", "messages",
+                   "tool call arguments written as a JSON object", lambda m: _map_call_arguments(m, _args_to_object)),
+    NamedTransform("function_call_to_tool_calls", "response",
+                   "a legacy single function_call becomes a one-item tool_calls list",
+                   _function_call_to_tool_calls),
+    NamedTransform("tool_calls_object_to_array", "response",
+                   "tool_calls sent as an object (one call, or keyed by index) becomes a list",
+                   _tool_calls_object_to_array),
+    NamedTransform("arguments_object_to_string", "response",
+                   "arguments sent as an object are read as JSON text",
+                   lambda m: _map_call_arguments(m, _args_to_string)),
+    NamedTransform("blank_arguments_to_empty_object", "call",
+                   "blank or missing arguments mean {}", _blank_arguments),
+)}
+
+
+# ---------------------------------------------------------------- compiled rules
+
+@dataclass(frozen=True, slots=True)
+class ChoiceEntry:
+    send: Expr | None
+    tools: str = "all"
+    unsupported: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Reader:
+    role: Expr | None
+    roles: dict[str, str]
+    text: Expr | None
+    reasoning: Expr | None
+    calls: Expr | None
+    call: dict[str, Expr]
+    results: Expr | None
+    result: dict[str, Expr]
+
+
+@dataclass(frozen=True, slots=True)
+class StreamRule:
+    when: Expr | None
+    text: Expr | None
+    reasoning: Expr | None
+    calls: dict[str, Any] | None
+    end: Expr | None
+    finish_reason: Expr | None
+
+
+@dataclass(frozen=True)
+class Provider:
+    """One provider's rules, compiled (expressions, pipelines, tables)."""
+
+    id: str
+    data: dict[str, Any]
+    model_path: str | None
+    defaults: dict[str, Any]
+    options: dict[str, str]
+    reserved: frozenset[str]
+    system_placement: str
+    system_path: str | None
+    system_shape: Expr | None
+    system_read: Expr | None
+    tools_path: str
+    pipeline: Pipeline
+    strict_default: str
+    strict_pipeline: Pipeline | None
+    tool_shape: Expr
+    tool_wrap: Expr | None
+    name_pattern: re.Pattern[str] | None
+    sanitize_names: bool
+    description_max: int | None
+    max_tools: int | None
+    keep_for_history: bool
+    tools_read: dict[str, Expr]
+    tools_read_pipeline: Pipeline
+    choice_path: str | None
+    choices: dict[str, ChoiceEntry]
+    parallel_path: str | None
+    parallel_enabled: Expr | None
+    parallel_disabled: Expr | None
+    parallel_needs_choice: str | None
+    messages_path: str
+    writers: dict[str, Expr]
+    merge_field: str | None
+    text_block: Expr | None
+    message_transforms: tuple[str, ...]
+    call_ids: dict[str, Any]
+    reader: Reader
+    response_messages: Expr | None
+    finish_reason: Expr | None
+    finish_map: dict[str, str]
+    stop_with_calls: bool
+    response_transforms: tuple[str, ...]
+    call_transforms: tuple[str, ...]
+    text_fallback: str
+    response_build: Expr | None
+    response_message: Expr | None
+    id_prefix: str
+    max_bytes: int
+    stream_rules: tuple[StreamRule, ...]
+    sequential_calls: bool
+    lossy: frozenset[str]
+    _id_pattern: re.Pattern[str] | None = field(default=None)
+
+    # ------------------------------------------------------------ finish reasons
+
+    def finish(self, wire: Any, has_calls: bool) -> str | None:
+        if wire is None:
+            return "tool_calls" if has_calls else None
+        value = self.finish_map.get(str(wire), str(wire).lower())
+        if has_calls and value == "stop" and self.stop_with_calls:
+            return "tool_calls"
+        return value
+
+    def wire_finish(self, utp: str | None) -> str | None:
+        if utp is None:
+            return None
+        for wire, value in self.finish_map.items():
+            if value == utp:
+                return wire
+        if utp == "tool_calls" and self.stop_with_calls:
+            return self.wire_finish("stop")
+        return utp
+
+
+def _reader(data: dict[str, Any], where: str) -> Reader:
+    return Reader(
+        role=_expr(data.get("role"), f"{where}.role"),
+        roles=dict(data.get("roles") or {}),
+        text=_expr(data.get("text"), f"{where}.text"),
+        reasoning=_expr(data.get("reasoning"), f"{where}.reasoning"),
+        calls=_expr(data.get("calls"), f"{where}.calls"),
+        call={k: Expr(v, f"{where}.call.{k}") for k, v in (data.get("call") or {}).items() if v},
+        results=_expr(data.get("results"), f"{where}.results"),
+        result={k: Expr(v, f"{where}.result.{k}") for k, v in (data.get("result") or {}).items() if v},
+    )
+
+
+def _choice(value: Any, where: str) -> ChoiceEntry:
+    if isinstance(value, str):
+        return ChoiceEntry(Expr(value, where))
+    if isinstance(value, dict):
+        return ChoiceEntry(_expr(value.get("send"), f"{where}.send"), value.get("tools", "all"),
+                           value.get("unsupported"))
+    return ChoiceEntry(None)
+
+
+def compile_provider(rs: RuleSet, rule_id: str) -> Provider:
+    """Compile one provider (its extends chain merged). Lint has validated the files."""
+    d = merged_rule(rs, rule_id)
+    w = f"provider {rule_id}"
+    req = d.get("request") or {}
+    system = d.get("system") or {}
+    tools = d.get("tools") or {}
+    strict = tools.get("strict") or None
+    names = tools.get("names") or {}
+    tc = d.get("tool_choice") or {}
+    par = d.get("parallel_calls") or {}
+    msgs = d.get("messages") or {}
+    resp = d.get("response") or {}
+    stream = d.get("stream") or {}
+    if not tools.get("shape"):
+        raise ParseError(f"{w}: tools.shape is missing (run `toolrules lint`)")
+    stream_rules = []
+    for i, ev in enumerate(stream.get("events") or []):
+        calls = ev.get("calls")
+        ccomp = None
+        if isinstance(calls, dict):
+            ccomp = {k: (Expr(v, f"{w} stream.events[{i}].calls.{k}") if isinstance(v, str) else v)
+                     for k, v in calls.items()}
+        stream_rules.append(StreamRule(
+            when=_expr(ev.get("when"), f"{w} stream.events[{i}].when"),
+            text=_expr(ev.get("text"), f"{w} stream.events[{i}].text"),
+            reasoning=_expr(ev.get("reasoning"), f"{w} stream.events[{i}].reasoning"),
+            calls=ccomp, end=_expr(ev.get("end"), f"{w} stream.events[{i}].end"),
+            finish_reason=_expr(ev.get("finish_reason"), f"{w} stream.events[{i}].finish_reason")))
+    call_ids = dict(msgs.get("call_ids") or {})
+    return Provider(
+        id=rule_id, data=d,
+        model_path=req.get("model"),
+        defaults=dict(req.get("defaults") or {}),
+        options={k: v for k, v in (req.get("options") or {}).items() if v},
+        reserved=frozenset(req.get("reserved") or ()),
+        system_placement=system.get("placement", "message"),
+        system_path=system.get("path"),
+        system_shape=_expr(system.get("shape"), f"{w} system.shape"),
+        system_read=_expr(system.get("read"), f"{w} system.read"),
+        tools_path=tools.get("path", "tools"),
+        pipeline=compile_pipeline(tools.get("pipeline")),
+        strict_default=(strict or {}).get("default", "off") if strict else "off",
+        strict_pipeline=compile_pipeline(strict.get("pipeline")) if strict else None,
+        tool_shape=Expr(tools["shape"], f"{w} tools.shape"),
+        tool_wrap=_expr(tools.get("wrap"), f"{w} tools.wrap"),
+        name_pattern=re.compile(names["pattern"]) if names.get("pattern") else None,
+        sanitize_names=bool(names.get("sanitize")),
+        description_max=tools.get("description_max"),
+        max_tools=tools.get("max_tools"),
+        keep_for_history=bool(tools.get("keep_for_history")),
+        tools_read={k: Expr(v, f"{w} tools.read.{k}") for k, v in (tools.get("read") or {}).items()
+                    if isinstance(v, str)},
+        tools_read_pipeline=compile_pipeline((tools.get("read") or {}).get("pipeline")),
+        choice_path=tc.get("path"),
+        choices={k: _choice(tc.get(k), f"{w} tool_choice.{k}") for k in CHOICE_KINDS if k in tc},
+        parallel_path=par.get("path"),
+        parallel_enabled=_expr(par.get("enabled"), f"{w} parallel_calls.enabled"),
+        parallel_disabled=_expr(par.get("disabled"), f"{w} parallel_calls.disabled"),
+        parallel_needs_choice=par.get("needs_choice"),
+        messages_path=msgs.get("path", "messages"),
+        writers={k: Expr(msgs[k], f"{w} messages.{k}")
+                 for k in ("system", "user", "assistant", "tool") if isinstance(msgs.get(k), str)},
+        merge_field=msgs.get("merge"),
+        text_block=_expr(msgs.get("text_block"), f"{w} messages.text_block"),
+        message_transforms=tuple(msgs.get("transforms") or ()),
+        call_ids=call_ids,
+        reader=_reader(msgs.get("read") or {}, f"{w} messages.read"),
+        response_messages=_expr(resp.get("messages"), f"{w} response.messages"),
+        finish_reason=_expr(resp.get("finish_reason"), f"{w} response.finish_reason"),
+        finish_map={str(k): v for k, v in (resp.get("finish_map") or {}).items()},
+        stop_with_calls=bool(resp.get("stop_with_calls")),
+        response_transforms=tuple(resp.get("transforms") or ()),
+        call_transforms=tuple(resp.get("call_transforms") or ()),
+        text_fallback=resp.get("text_fallback", "capability"),
+        response_build=_expr(resp.get("build"), f"{w} response.build"),
+        response_message=_expr(resp.get("message"), f"{w} response.message"),
+        id_prefix=resp.get("id_prefix", ""),
+        max_bytes=resp.get("max_bytes", MAX_BODY_BYTES),
+        stream_rules=tuple(stream_rules),
+        sequential_calls=bool(stream.get("sequential_calls")),
+        lossy=frozenset(d.get("lossy") or ()),
+        _id_pattern=re.compile(call_ids["pattern"]) if call_ids.get("pattern") else None,
+    )
+
+
+# ---------------------------------------------------------------- lint
+
+_REQUIRED = (("tools", "shape"), ("messages", "user"), ("messages", "assistant"),
+             ("messages", "tool"), ("messages", "read"), ("response", "messages"))
+
+
+def _walk_exprs(schema: dict[str, Any], data: Any, path: tuple[Any, ...]
+                ) -> Iterable[tuple[tuple[Any, ...], str]]:
+    """(path, expression) for every field the schema marks as JMESPath."""
+    if not isinstance(data, dict):
+        return
+    for key, value in data.items():
+        fs = schema.get(key)
+        if not isinstance(fs, dict):
+            continue
+        meta = fs.get("meta", {})
+        here = (*path, key)
+        if meta.get("expr") and isinstance(value, str):
+            yield here, value
+        elif meta.get("exprs") and isinstance(value, dict):
+            for k, v in value.items():
+                if isinstance(v, str):
+                    yield (*here, k), v
+        elif isinstance(value, dict) and isinstance(fs.get("schema"), dict):
+            yield from _walk_exprs(fs["schema"], value, here)
+        elif isinstance(value, list) and isinstance(fs.get("schema"), dict) and \
+                isinstance(fs["schema"].get("schema"), dict):
+            for i, item in enumerate(value):
+                yield from _walk_exprs(fs["schema"]["schema"], item, (*here, i))
+
+
+def _check_pipeline(rep: Any, rf: Any, path: tuple[Any, ...], entries: Any) -> None:
+    if not isinstance(entries, list):
+        return
+    for i, entry in enumerate(entries):
+        for sub, message in validate_step(entry):
+            rep.error(rf, (*path, i, *sub), message, "transform-op")
+
+
+def check_rules(rs: RuleSet, rep: Any, failed: set[tuple[str, str]]) -> None:
+    """Cross-checks: extends targets and cycles, expressions, ops, regexes, transforms,
+    the sections every merged provider needs, and strategy references."""
+    import jmespath
+    from jmespath.exceptions import JMESPathError
+
+    from ..rules._lint import check_regex
+    from ..rules._schemas_providers import PROVIDER_SCHEMA
+
+    providers = rs.files.get("provider", {})
+    for rid, rf in sorted(providers.items()):
+        if ("provider", rid) in failed or not isinstance(rf.data, dict):
+            continue
+        data = rf.data
+        if "id" in data and data["id"] != rid:
+            rep.error(rf, ("id",), f"id {data['id']!r} must equal the file stem {rid!r}", "rule-id")
+        parent = data.get("extends")
+        chain = [rid]
+        broken = False
+        while isinstance(parent, str):
+            if parent not in providers:
+                rep.error(rf, ("extends",) if len(chain) == 1 else (),
+                          f"extends {parent!r}, which is not a provider"
+                          + _hint(parent, list(providers)), "provider-extends")
+                broken = True
+                break
+            if parent in chain:
+                rep.error(rf, ("extends",), f"extends cycle: {' -> '.join([*chain, parent])}",
+                          "provider-extends")
+                broken = True
+                break
+            chain.append(parent)
+            if ("provider", parent) in failed:
+                broken = True  # the parent's own problems are reported on the parent
+                break
+            pdata = providers[parent].data
+            parent = pdata.get("extends") if isinstance(pdata, dict) else None
+        for path, src in _walk_exprs(PROVIDER_SCHEMA, data, ()):
+            try:
+                jmespath.compile(src)
+            except JMESPathError as exc:
+                msg = str(exc).splitlines()[0]
+                rep.error(rf, path, f"JMESPath does not compile: {msg} in {src!r}", "jmespath")
+        tools = data.get("tools") if isinstance(data.get("tools"), dict) else {}
+        _check_pipeline(rep, rf, ("tools", "pipeline"), tools.get("pipeline"))
+        if isinstance(tools.get("strict"), dict):
+            _check_pipeline(rep, rf, ("tools", "strict", "pipeline"), tools["strict"].get("pipeline"))
+        if isinstance(tools.get("read"), dict):
+            _check_pipeline(rep, rf, ("tools", "read", "pipeline"), tools["read"].get("pipeline"))
+        if isinstance(tools.get("names"), dict):
+            check_regex(rep, rf, ("tools", "names", "pattern"), tools["names"].get("pattern"))
+        msgs = data.get("messages") if isinstance(data.get("messages"), dict) else {}
+        if isinstance(msgs.get("call_ids"), dict):
+            check_regex(rep, rf, ("messages", "call_ids", "pattern"), msgs["call_ids"].get("pattern"))
+        for section, key, where in (("messages", "transforms", "messages"),
+                                    ("response", "transforms", "response"),
+                                    ("response", "call_transforms", "call")):
+            block = data.get(section) if isinstance(data.get(section), dict) else {}
+            for i, name in enumerate(block.get(key) or []):
+                t = MESSAGE_TRANSFORMS.get(name)
+                if t is not None and t.where != where:
+                    rep.error(rf, (section, key, i), f"{name!r} is a {t.where} transform, not a "
+                              f"{where} transform", "provider-transform")
+                elif t is None:
+                    known = [k for k, v in MESSAGE_TRANSFORMS.items() if v.where == where]
+                    rep.error(rf, (section, key, i), f"unknown {where} transform {name!r}"
+                              + _hint(str(name), known), "provider-transform")
+        if broken:
+            continue
+        try:
+            merged = merged_rule(rs, rid)
+        except (ParseError, UnknownRuleError):
+            continue
+        for section, key in _REQUIRED:
+            if not (merged.get(section) or {}).get(key):
+                rep.error(rf, (), f"provider {rid!r} has no `{section}.{key}` (and inherits none)",
+                          "provider-incomplete")
+        system = merged.get("system") or {}
+        if system.get("placement") == "field" and not system.get("path"):
+            rep.error(rf, ("system",), "system placement `field` needs `path`", "provider-incomplete")
+        if system.get("placement", "message") == "message" and not (merged.get("messages") or {}).get("system"):
+            rep.error(rf, ("system",), "system placement `message` needs `messages.system`",
+                      "provider-incomplete")
+    strategies = rs.get("table", "schema_strategies")
+    names: set[str] = set()
+    if strategies is not None and ("table", "schema_strategies") not in failed \
+            and isinstance(strategies.data, dict):
+        for name, strat in (strategies.data.get("strategies") or {}).items():
+            names.add(name)
+            if isinstance(strat, dict):
+                _check_pipeline(rep, strategies, ("strategies", name, "pipeline"), strat.get("pipeline"))
+    for _rid, rf in sorted(rs.files.get("model", {}).items()):
+        if not isinstance(rf.data, dict):
+            continue
+        for path, value in _strategy_refs(rf.data):
+            if isinstance(value, str) and value not in names:
+                rep.error(rf, path, f"schema strategy {value!r} is not defined in "
+                          "rules/schema_strategies.yaml" + _hint(value, sorted(names)),
+                          "missing-strategy")
+
+
+def _strategy_refs(data: dict[str, Any]) -> Iterable[tuple[tuple[Any, ...], Any]]:
+    if data.get("schema") is not None:
+        yield ("schema",), data["schema"]
+    defaults = data.get("defaults")
+    if isinstance(defaults, dict) and defaults.get("schema_strategy") is not None:
+        yield ("defaults", "schema_strategy"), defaults["schema_strategy"]
+    for key in ("capabilities", "overrides"):
+        items = data.get(key)
+        if isinstance(items, list):
+            for i, item in enumerate(items):
+                s = item.get("set") if isinstance(item, dict) else None
+                if isinstance(s, dict) and s.get("schema_strategy") is not None:
+                    yield (key, i, "set", "schema_strategy"), s["schema_strategy"]
+
+
+def _hint(name: str, known: list[str]) -> str:
+    from difflib import get_close_matches
+
+    close = get_close_matches(name, known, n=1)
+    return f"; did you mean {close[0]!r}?" if close else ""

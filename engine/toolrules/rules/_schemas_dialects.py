@@ -1,0 +1,202 @@
+"""Cerberus schema for rules/dialects/*.yaml (raw-text tool-call formats)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ._schema_kit import _bool, _doc, _str, _str_or_list, _strlist
+
+__all__ = ["KIND_SCHEMAS", "REPAIRS"]
+
+REPAIRS = ("trailing-commas", "single-quotes", "unquoted-keys", "python-literals",
+           "missing-final-brace", "function-key", "args-key", "parameters-key",
+           "double-wrapped-arguments", "arguments-json-string")
+
+_MARKERS = {"type": ["string", "list"], "schema": {"type": "string", "empty": False},
+            "empty": False}
+
+
+def _markers(doc: str, example: str) -> dict[str, Any]:
+    return {**_MARKERS, **_doc(doc, example)}
+
+
+_FIELDS = {
+    "type": "dict", **_doc("where a JSON call object keeps its parts (first key present wins; "
+                           "dotted paths descend)",
+                           "fields: {name: [name], arguments: [arguments, parameters]}"),
+    "schema": {
+        "name": _strlist("keys holding the tool name", "name: [name, function]"),
+        "arguments": _strlist("keys holding the arguments", "arguments: [arguments, parameters]"),
+        "id": _strlist("keys holding a call id", "id: [id, tool_call_id]"),
+    },
+}
+
+_PARAM = {
+    "type": "dict",
+    **_doc("tagged key/value parameters whose values are text",
+           "param: {open: '<parameter=', key_until: '>', close: '</parameter>'}"),
+    "schema": {
+        "open": {**_markers("marker that starts a parameter", "open: '<parameter='"),
+                 "required": True},
+        "key_until": {**_markers("marker ending the key part", "key_until: '>'"),
+                      "required": True},
+        "key_pattern": _str("regex over the key part; groups key (required) and type",
+                            "key_pattern: 'name=\"(?P<key>[^\"]*)\"'"),
+        "value_open": _markers("marker before the value (after the key)",
+                               "value_open: '<arg_value>'"),
+        "close": {**_markers("marker ending the value; {key} stands for the key",
+                             "close: '</parameter>'"), "required": True},
+        "close_optional": {"type": ["boolean", "string"], "allowed": [True, False, "call", "param"],
+                           **_doc("a value may lack its close marker: true = the next parameter "
+                                  "or the call's end ends it; call / param = only that one",
+                                  "close_optional: call")},
+        "confirm": _strlist("a close marker only counts when one of these follows it "
+                            "(otherwise it is text inside the value)",
+                            "confirm: ['<|open|>argument']"),
+        "trim": _str("whitespace removed around a value", "trim: newline",
+                     allowed=["none", "newline", "strip"]),
+        "types": {"type": "dict", "keysrules": {"type": "string"},
+                  "valuesrules": {"type": "string", "allowed": ["string", "json"]},
+                  **_doc("type attribute value -> how to read the text",
+                         "types: {'true': string, 'false': json}")},
+        "unescape": _str("decode entities in keys", "unescape: xml", allowed=["xml"]),
+    },
+}
+
+_PAYLOAD = {
+    "type": "dict",
+    **_doc("how the call's content is read", "payload: {kind: json}"),
+    "schema": {
+        "kind": {**_str("json, params, grammar or none", "kind: json",
+                        allowed=["json", "params", "grammar", "none"]), "required": True},
+        "fields": _FIELDS,
+        "name_as_key": _bool("each call object is {NAME: arguments}"),
+        "array": _bool("a JSON array holds several calls"),
+        "separator": _str("text between several JSON values", "separator: ';'"),
+        "fence": _bool("accept a ```json fence around the payload"),
+        "suffix": _str("literal skipped after the payload", "suffix: '```'"),
+        "param": _PARAM,
+        "json": _bool("a params payload may be a JSON object instead (arguments, or a whole "
+                      "call when the header is skipped)"),
+        "grammar": _str("a Lark grammar in grammars/", "grammar: pythonic.lark"),
+        "strings": {"type": "list", **_doc("string delimiters: [open, close, backslash-escapes]",
+                                           "strings: [['\"', '\"', true]]"),
+                    "schema": {"type": "list", "minlength": 3, "maxlength": 3}},
+        "brackets": _str("bracket characters that nest", "brackets: '()[]{}'"),
+        "starts": _str("characters a payload may start with", "starts: '['"),
+        "until_close": _bool("a grammar payload runs to the call's close marker (not bracketed)"),
+    },
+}
+
+_CALL = {
+    "type": "dict",
+    "schema": {
+        "name": _str("a label used in diagnostics"),
+        "open": {**_markers("marker(s) that start a call; omit for calls recognized at the "
+                            "start of the content", "open: '<tool_call>'"), "nullable": True},
+        "at": _str("where a call without an open marker may begin", "at: start",
+                   allowed=["start", "anywhere"]),
+        "in": _str_or_list("regions where the open marker is active: content and/or section "
+                           "names", "in: [calls]"),
+        "close": {**_markers("marker(s) that end a call", "close: '</tool_call>'"),
+                  "nullable": True},
+        "header": {
+            "type": "dict",
+            **_doc("text between the open marker and the payload, naming the tool",
+                   "header: {until: '[ARGS]', pattern: '^(?P<name>.+)$'}"),
+            "schema": {
+                "until": {**_markers("marker(s) ending the header", "until: '[ARGS]'"),
+                          "required": True},
+                "keep": _bool("the until marker is not consumed (it starts the payload)"),
+                "pattern": _str("regex over the header; groups name, id, self_close",
+                                "pattern: '^\\s*(?P<name>[\\w.-]+)\\s*$'"),
+                "optional": _bool("no header when the payload starts at once"),
+                "unescape": _str("decode entities in captured values", "unescape: xml",
+                                 allowed=["xml"]),
+            },
+        },
+        "payload": {**_PAYLOAD, "required": True},
+    },
+}
+
+_ROUTE = {
+    "type": "dict",
+    "schema": {
+        "match": {**_str("regex searched in the header text", "match: 'to=functions\\.'"),
+                  "required": True},
+        "to": {**_str("what the message body is", "to: reasoning",
+                      allowed=["content", "reasoning", "drop", "call"]), "required": True},
+        "end": _markers("markers ending this body (default: the messages' end markers)",
+                        "end: ['<|end|>']"),
+        "payload": _PAYLOAD,
+    },
+}
+
+DIALECT_SCHEMA: dict[str, Any] = {
+    "id": {**_str("the dialect id; equals the file stem", "id: hermes"), "required": True},
+    "description": _str("what format this is and which models write it"),
+    "default_prompt": _str("generation prompt assumed when the caller gives none",
+                           "default_prompt: \"<|im_start|>assistant\\n\""),
+    "strip": _bool("strip whitespace at the edges of content and reasoning (default true)"),
+    "reasoning": {
+        "type": "list", **_doc("reasoning blocks"),
+        "schema": {"type": "dict", "schema": {
+            "open": {**_markers("opening marker(s)", "open: '<think>'"), "required": True},
+            "close": {**_markers("closing marker(s)", "close: '</think>'"), "required": True},
+            "calls": _str("whether calls inside reasoning count", "calls: unclosed",
+                          allowed=["never", "unclosed", "always"]),
+            "implicit": _bool("text before a closing marker with no opening one is reasoning"),
+        }},
+    },
+    "drop": _strlist("markers removed from text (stop tokens, wrappers)",
+                     "drop: ['<|im_end|>']"),
+    "sections": {
+        "type": "list", **_doc("containers that hold calls"),
+        "schema": {"type": "dict", "schema": {
+            "name": {**_str("section name (for calls' `in`)", "name: calls"), "required": True},
+            "open": {**_markers("opening marker(s)", "open: '<｜tool▁calls▁begin｜>'"),
+                     "required": True},
+            "close": _markers("closing marker(s)", "close: '<｜tool▁calls▁end｜>'"),
+        }},
+    },
+    "calls": {"type": "list", "schema": _CALL, **_doc("the call shapes of this format")},
+    "messages": {
+        "type": "dict",
+        **_doc("header-routed messages (a header names a channel or recipient)"),
+        "schema": {
+            "start": {**_markers("marker starting a message header", "start: '<|start|>'"),
+                      "required": True},
+            "header_end": {**_markers("marker ending the header", "header_end: '<|message|>'"),
+                           "required": True},
+            "end": _markers("markers ending a message body", "end: ['<|end|>']"),
+            "outside": _str("what text outside any message is", "outside: content",
+                            allowed=["content", "drop"]),
+            "routes": {"type": "list", "schema": _ROUTE, "required": True,
+                       **_doc("ordered header routes; the first match decides")},
+        },
+    },
+    "repairs": {"type": "list", "schema": {"type": "string", "allowed": list(REPAIRS)},
+                **_doc("repairs allowed for this format", "repairs: [trailing-commas]")},
+    "dedupe": _bool("drop a call identical to an earlier one"),
+    "template": _str("emulation template that asks for this format", "template: emulation/hermes.j2"),
+    "notes": _str("free text"),
+}
+
+KIND_SCHEMAS = {"dialect": DIALECT_SCHEMA}
+
+HEURISTICS_SCHEMA: dict[str, Any] = {
+    "description": _str("what these patterns are for"),
+    "patterns": {
+        "type": "list", **_doc("regexes over prose; group `name` must be an offered tool"),
+        "schema": {"type": "dict", "schema": {
+            "pattern": {**_str("regex with a (?P<name>...) group",
+                               "pattern: 'use the (?P<name>\\w+) tool'"), "required": True},
+            "arguments": {"type": "dict", "keysrules": {"type": "string"},
+                          "valuesrules": {"type": "string"},
+                          **_doc("regex group -> parameter name", "arguments: {path: path}")},
+            "note": _str("why"),
+        }},
+    },
+}
+
+TABLE_SCHEMAS = {"heuristics": HEURISTICS_SCHEMA}

@@ -1,0 +1,247 @@
+"""Cerberus schemas for provider rules (rules/providers/*.yaml) and schema strategies
+(rules/schema_strategies.yaml).
+
+Fields whose value is a JMESPath expression carry `meta.expr: True` (lint compiles
+them); maps whose values are expressions carry `meta.exprs: True`. Every field is
+optional in a file that `extends:` another; the merged rule is checked by lint for the
+sections a provider needs.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ._schema_kit import _bool, _doc, _str, _strlist
+
+__all__ = ["KIND_SCHEMAS", "PROVIDER_SCHEMA", "STRATEGIES_SCHEMA", "TABLE_SCHEMAS"]
+
+
+def _expr(doc: str, example: str | None = None, **extra: Any) -> dict[str, Any]:
+    out = {"type": "string", **_doc(doc, example), **extra}
+    out["meta"]["expr"] = True
+    return out
+
+
+def _exprs(doc: str, example: str | None = None, **extra: Any) -> dict[str, Any]:
+    out = {"type": "dict", "keysrules": {"type": "string"},
+           "valuesrules": {"type": "string", "nullable": True}, **_doc(doc, example), **extra}
+    out["meta"]["exprs"] = True
+    return out
+
+
+def _section(doc: str, fields: dict[str, Any], example: str | None = None) -> dict[str, Any]:
+    return {"type": "dict", "nullable": True, "schema": fields, **_doc(doc, example)}
+
+
+_PIPELINE = {"type": "list", "nullable": True, "schema": {"type": ["string", "dict"]},
+             **_doc("schema transform ops in order: an op name or {op: name, ...params} "
+                    "(`toolrules transforms` lists the vocabulary)",
+                    "pipeline: [type_aliases, {op: truncate_descriptions, max: 1024}]")}
+
+_CHOICE_ENTRY = {
+    "type": ["string", "dict"], "nullable": True,
+    **_doc("a JMESPath expression building the wire value over {name, names}, or a mapping "
+           "{send, tools, unsupported}; null: send no tool_choice",
+           "required: \"{type: 'any'}\""),
+    "schema": {
+        "send": _expr("the wire value (JMESPath over {name, names}); omit to send none",
+                      "send: \"'REQUIRED'\"", nullable=True),
+        "tools": _str("which tools go out with this choice: all (default), omit (none at "
+                      "all), only-named (just the named tool)", "tools: omit",
+                      allowed=["all", "omit", "only-named"]),
+        "unsupported": _str("this provider cannot express the choice: the reason, raised "
+                            "as CapabilityError", "unsupported: no way to force a call"),
+    },
+}
+
+_READER = _section("how to read one wire message (request history or response) into UTP", {
+    "role": _expr("the wire role", "role: role"),
+    "roles": {"type": "dict", "keysrules": {"type": "string"},
+              "valuesrules": {"type": "string",
+                              "allowed": ["system", "user", "assistant", "tool"]},
+              **_doc("wire role -> UTP role when they differ", "roles: {model: assistant}")},
+    "text": _expr("the text: a string or a list of strings (joined)",
+                  "text: \"content[?type=='text'].text\""),
+    "reasoning": _expr("reasoning/thinking text: a string or a list of strings",
+                       "reasoning: reasoning_content"),
+    "calls": _expr("the list of tool calls in this message", "calls: tool_calls"),
+    "call": _exprs("fields of one call: id, name, arguments (JSON text or object)",
+                   "call: {id: id, name: function.name, arguments: function.arguments}"),
+    "results": _expr("the list of tool results in this message",
+                     "results: \"[@][?role=='tool']\""),
+    "result": _exprs("fields of one result: call_id, name, content, is_error",
+                     "result: {call_id: tool_call_id, content: content}"),
+})
+
+_WRITER = _section("how to write UTP messages as wire messages", {
+    "path": _str("body path of the message list", "path: messages"),
+    "system": _expr("a system message (when system placement is `message`)",
+                    "system: \"{role: 'system', content: text}\""),
+    "user": _expr("a user message; view: {role, text}", "user: \"{role: 'user', content: text}\""),
+    "assistant": _expr("an assistant message; view: {text, reasoning, tool_calls: [{id, name, "
+                       "arguments, arguments_json}]} (a list result adds several items)"),
+    "tool": _expr("a tool result; view: {tool_call_id, name, text, output, output_json, "
+                  "is_error, error}"),
+    "merge": _str("consecutive wire messages with the same role are merged by concatenating "
+                  "this list field", "merge: content"),
+    "text_block": _expr("when merging, a string value of the merge field becomes this block",
+                        "text_block: \"{type: 'text', text: @}\""),
+    "transforms": _strlist("named outbound message transforms (seed 003), applied in order",
+                           "transforms: [content_null_if_blank]"),
+    "call_ids": _section("tool call ids this provider accepts; others are remapped "
+                         "consistently for calls and results", {
+                             "pattern": _str("regex an id must match", "pattern: '^[a-zA-Z0-9]{9}$'"),
+                             "length": {"type": "integer", "min": 1,
+                                        **_doc("length of generated ids", "length: 9")},
+                             "prefix": _str("prefix of generated ids", "prefix: call_"),
+                             "required": _bool("every call needs an id (generated when missing)"),
+                         }),
+    "read": _READER,
+})
+
+_STREAM_EVENT = {"type": "dict", "schema": {
+    "when": _expr("this rule applies when the expression is truthy (first match wins)",
+                  "when: \"type == 'content_block_delta'\""),
+    "text": _expr("text delta (string or list of strings)", "text: delta.text"),
+    "reasoning": _expr("reasoning delta", "reasoning: delta.thinking"),
+    "calls": {"type": "dict", **_doc("tool-call data in this event"), "schema": {
+        "each": _expr("the list of call fragments (default: the event itself)",
+                      "each: choices[0].delta.tool_calls"),
+        "key": _expr("which call a fragment belongs to (default: a new call each)", "key: index"),
+        "id": _expr("call id", "id: id"),
+        "name": _expr("tool name", "name: function.name"),
+        "args": _expr("arguments: a JSON text fragment, or a whole object",
+                      "args: function.arguments"),
+        "complete": _bool("the call arrives whole in this event"),
+    }},
+    "end": _expr("the key of a call that is now complete", "end: index"),
+    "finish_reason": _expr("the wire finish reason", "finish_reason: delta.stop_reason"),
+}}
+
+PROVIDER_SCHEMA: dict[str, Any] = {
+    "id": _str("the provider id; equals the file stem"),
+    "extends": _str("a provider whose rules this one starts from (deep merge: mappings merge, "
+                    "lists and values replace, null removes)", "extends: base-server"),
+    "description": _str("what API this is"),
+    "aliases": _strlist("other names users may type for this provider (lowercase)",
+                        "aliases: [my-server, my-server-v2]"),
+    "docs": _str("link to the provider's API reference"),
+    "lossy": _strlist("UTP details this wire format cannot carry (round-trip tests skip "
+                      "them): tool_error, call_ids, result_names, reasoning, system_position",
+                      "lossy: [tool_error]"),
+    "request": _section("the request body", {
+        "model": _str("body path of the model id; omit when the model is not in the body",
+                      "model: model", nullable=True),
+        "defaults": {"type": "dict", "nullable": True,
+                     **_doc("fields always sent (options override them)",
+                            "defaults: {max_tokens: 4096}")},
+        "options": {"type": "dict", "nullable": True, "keysrules": {"type": "string"},
+                    "valuesrules": {"type": "string", "nullable": True},
+                    **_doc("build_request(**options) name -> body path",
+                           "options: {max_tokens: generationConfig.maxOutputTokens}")},
+        "reserved": _strlist("body fields request_overrides may not replace",
+                             "reserved: [model, messages, tools, tool_choice]"),
+    }),
+    "system": _section("where system prompts go", {
+        "placement": _str("message (in the message list) or field (a body field)",
+                          "placement: field", allowed=["message", "field"]),
+        "path": _str("body path for placement: field", "path: system"),
+        "shape": _expr("value written at path; view: {text}", "shape: \"[{text: text}]\""),
+        "read": _expr("reading a body: the system text (string or list of strings)",
+                      "read: \"system[].text\""),
+    }),
+    "tools": _section("tool definitions", {
+        "path": _str("body path of the tool list", "path: tools"),
+        "pipeline": _PIPELINE,
+        "strict": _section("strict schema mode", {
+            "default": _str("on, off, or auto (strict when the schema allows, else plain)",
+                            "default: auto", allowed=["on", "off", "auto"]),
+            "pipeline": _PIPELINE,
+        }),
+        "shape": _expr("one tool; view: {name, description, parameters, strict}",
+                       "shape: \"{name: name, description: description, input_schema: parameters}\""),
+        "wrap": _expr("the tool list as sent (default: the list itself)",
+                      "wrap: \"[{functionDeclarations: @}]\""),
+        "names": _section("tool name rules", {
+            "pattern": _str("regex a name must match", "pattern: '^[a-zA-Z0-9_-]{1,64}$'"),
+            "sanitize": _bool("rewrite invalid names (and map calls back) instead of failing"),
+        }),
+        "description_max": {"type": "integer", "min": 1, "nullable": True,
+                            **_doc("longest tool description accepted (longer ones are cut)",
+                                   "description_max: 1024")},
+        "max_tools": {"type": "integer", "min": 1, "nullable": True,
+                      **_doc("most tools one request may carry", "max_tools: 128")},
+        "keep_for_history": _bool("send tools whenever the history holds calls or results, "
+                                  "even when the tool choice omits them"),
+        "read": _section("reading tools out of a request body", {
+            "each": _expr("the list of wire tools", "each: \"tools[?type=='function']\""),
+            "name": _expr("tool name", "name: function.name"),
+            "description": _expr("tool description", "description: function.description"),
+            "parameters": _expr("tool schema", "parameters: function.parameters"),
+            "pipeline": _PIPELINE,
+        }),
+    }),
+    "tool_choice": _section("the tool_choice table: auto, none, required, named", {
+        "path": _str("body path of the tool choice", "path: tool_choice"),
+        "auto": _CHOICE_ENTRY, "none": _CHOICE_ENTRY, "required": _CHOICE_ENTRY,
+        "named": _CHOICE_ENTRY,
+    }),
+    "parallel_calls": _section("switching parallel tool calls on or off", {
+        "path": _str("body path", "path: parallel_tool_calls"),
+        "enabled": _expr("value for parallel calls allowed (null: write nothing)",
+                         "enabled: \"`true`\"", nullable=True),
+        "disabled": _expr("value for one call per turn", "disabled: \"`false`\""),
+        "needs_choice": _str("tool choice written first when the value lives inside it",
+                             "needs_choice: auto", allowed=["auto", "required"]),
+    }),
+    "messages": _WRITER,
+    "response": _section("reading (and writing) a response body", {
+        "messages": _expr("the wire message(s) holding the answer (one, or a list of items)",
+                          "messages: choices[0].message"),
+        "finish_reason": _expr("the wire finish reason", "finish_reason: choices[0].finish_reason"),
+        "finish_map": {"type": "dict", "keysrules": {"type": "string"},
+                       "valuesrules": {"type": "string", "allowed": [
+                           "stop", "length", "tool_calls", "content_filter", "error", "pause"]},
+                       **_doc("wire finish reason -> UTP (stop, length, tool_calls, "
+                              "content_filter, error, pause)", "finish_map: {end_turn: stop}")},
+        "stop_with_calls": _bool("report tool_calls when the wire says stop but calls came back"),
+        "transforms": _strlist("named inbound transforms applied to the wire message(s)",
+                               "transforms: [function_call_to_tool_calls]"),
+        "call_transforms": _strlist("named transforms applied to each extracted call",
+                                    "call_transforms: [blank_arguments_to_empty_object]"),
+        "text_fallback": _str("parse calls out of the text when there are no native calls: "
+                              "capability (model's native_tools/text_fallback), always, never",
+                              "text_fallback: capability",
+                              allowed=["capability", "always", "never"]),
+        "build": _expr("build_response: the body; view: {id, model, created, message, messages, "
+                       "text, reasoning, tool_calls, finish_reason}"),
+        "message": _expr("build_response: the assistant message(s), when they differ from "
+                         "messages.assistant"),
+        "id_prefix": _str("prefix of generated response ids", "id_prefix: chatcmpl-"),
+        "max_bytes": {"type": "integer", "min": 1024,
+                      **_doc("size limit of a body given as text", "max_bytes: 16777216")},
+    }),
+    "stream": _section("the provider's streaming events", {
+        "events": {"type": "list", "schema": _STREAM_EVENT,
+                   **_doc("event rules, tried in order; the first whose `when` holds applies")},
+        "sequential_calls": _bool("a call is complete when the next one starts (the stream "
+                                  "has no end-of-call event)"),
+    }),
+    "notes": _str("free text"),
+}
+
+STRATEGIES_SCHEMA: dict[str, Any] = {
+    "description": _str("what this table does"),
+    "strategies": {
+        "type": "dict", "keysrules": {"type": "string", "regex": r"^[a-z0-9][a-z0-9_-]*$"},
+        **_doc("strategy name -> {description, pipeline}; a model selects one with its "
+               "capability `schema_strategy`", "strategies: {weak: {pipeline: [remove_optional]}}"),
+        "valuesrules": {"type": "dict", "schema": {
+            "description": _str("what the strategy is for"),
+            "pipeline": {**_PIPELINE, "required": True},
+        }},
+    },
+}
+
+KIND_SCHEMAS: dict[str, dict[str, Any]] = {"provider": PROVIDER_SCHEMA}
+TABLE_SCHEMAS: dict[str, dict[str, Any]] = {"schema_strategies": STRATEGIES_SCHEMA}

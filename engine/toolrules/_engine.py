@@ -64,7 +64,7 @@ class Engine:
         value = self._compiled.get(key)
         if value is None:
             value = self._compiled[key] = build()
-        return value  # type: ignore[no-any-return]
+        return value
 
     def __repr__(self) -> str:
         counts = ", ".join(f"{len(v)} {k}s" for k, v in sorted(self.ruleset.files.items()))

@@ -247,7 +247,7 @@ def coerce_tool(tool: Any) -> Tool:
         tool = tool.model_dump(exclude_none=True)
     if not isinstance(tool, dict):
         raise TypeError(f"a tool must be a Tool or a dict, not {type(tool).__name__}")
-    fn = tool.get("function") if isinstance(tool.get("function"), dict) else tool
+    fn: dict[str, Any] = tool["function"] if isinstance(tool.get("function"), dict) else tool
     name = fn.get("name")
     if not isinstance(name, str) or not name:
         raise ValueError(f"tool has no name: {tool!r:.200}")

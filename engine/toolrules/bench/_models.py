@@ -52,7 +52,7 @@ def bench(engine: Any, quick: bool) -> list[tuple[str, str]]:
     out.append(("`python -c 'import toolrules; toolrules.load()'` wall", f"{statistics.median(wall) * 1e3:.0f} ms"))
     t_load = timeit(lambda: load(use_env=False, cache=False), repeat=3 if quick else 5)
     out.append(("load() in-process, validating (cold, no cache)", f"{t_load * 1e3:.0f} ms"))
-    ids = []
+    ids: list[str] = []
     for rid in engine.ruleset.ids("model"):
         ids.extend((engine.ruleset.get("model", rid).data or {}).get("examples", []) or [])
     ids = ids or ["gpt-4o"]

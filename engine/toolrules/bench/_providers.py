@@ -9,6 +9,7 @@ cases when the checkout has them.
 from __future__ import annotations
 
 import json
+from functools import partial
 from typing import Any
 
 __all__ = ["bench", "sample_tools"]
@@ -79,7 +80,7 @@ def bench(engine: Any, quick: bool) -> list[tuple[str, str]]:
 
         t_cold = timeit(cold, repeat=repeat)
         engine.translate_tools(tools, provider)
-        t_warm = timeit(lambda p=provider: engine.translate_tools(tools, p), repeat=repeat)
+        t_warm = timeit(partial(engine.translate_tools, tools, provider), repeat=repeat)
         out.append((f"translate_tools 100 tools -> {provider}: cold / cached",
                     f"{t_cold * 1e3:.1f} ms / {t_warm * 1e3:.2f} ms"))
     messages: list[dict[str, Any]] = [{"role": "system", "content": "Be brief."}]
@@ -92,7 +93,7 @@ def bench(engine: Any, quick: bool) -> list[tuple[str, str]]:
     few = tools[:10]
     for provider in roots:
         engine.build_request(provider, "bench-model", messages, tools=few)
-        t = timeit(lambda p=provider: engine.build_request(p, "bench-model", messages, tools=few),
+        t = timeit(partial(engine.build_request, provider, "bench-model", messages, tools=few),
                    repeat=repeat, number=5)
         out.append((f"build_request {provider}: 31 messages, 10 tools", f"{t * 1e3:.2f} ms"))
     parsed = ParsedResponse(content="Looking.", finish_reason="tool_calls", tool_calls=tuple(
@@ -102,8 +103,8 @@ def bench(engine: Any, quick: bool) -> list[tuple[str, str]]:
     n = 20 if quick else 200
     for provider in roots:
         body = json.loads(json.dumps(engine.build_response(parsed, provider, model="m")))
-        t = timeit(lambda p=provider, b=body: engine.parse_response(b, p), repeat=repeat, number=n)
-        t_tools = timeit(lambda p=provider, b=body: engine.parse_response(b, p, tools=tools),
+        t = timeit(partial(engine.parse_response, body, provider), repeat=repeat, number=n)
+        t_tools = timeit(partial(engine.parse_response, body, provider, tools=tools),
                          repeat=repeat, number=max(1, n // 4))
         out.append((f"parse_response {provider}, 3 calls: plain / with 100 tools (restore)",
                     f"{t * 1e6:.0f} us / {t_tools * 1e6:.0f} us"))

@@ -113,10 +113,10 @@ class ErrorRules:
     def from_exception(self, exc: BaseException, tool_name: str) -> ToolError:
         mapping, matched, status = self.classify(exc)
         code_rule = self.codes.get(mapping.code, {})
-        error_text = str(matched) or type(matched).__name__
+        error_text: str = str(matched) or type(matched).__name__
         values = {"tool": tool_name, "error": error_text, "exception": type(matched).__name__,
                   "status": status if status is not None else ""}
-        message = fill(mapping.text, values) if mapping.text else error_text
+        message = (fill(mapping.text, values) if mapping.text else None) or error_text
         recoverable = mapping.recoverable
         if recoverable is None:
             recoverable = bool(code_rule.get("recoverable", True))

@@ -147,7 +147,7 @@ def coerce_call(call: Any) -> tuple[str | None, str, Any]:
         return call.id, call.name, call.arguments
     if not isinstance(call, Mapping):
         raise TypeError(f"a tool call must be a ToolCall or a dict, not {type(call).__name__}")
-    fn = call.get("function") if isinstance(call.get("function"), Mapping) else call
+    fn: Mapping[str, Any] = call["function"] if isinstance(call.get("function"), Mapping) else call
     name = fn.get("name")
     if not isinstance(name, str):
         raise ValueError(f"tool call has no name: {dict(call)!r:.200}")
@@ -401,7 +401,7 @@ class ValidationRules:
 
     def types_text(self, types: Any) -> str:
         items = types if isinstance(types, list) else [types]
-        return " or ".join(self.type_names.get(t, t) for t in items)
+        return " or ".join(str(self.type_names.get(t, t)) for t in items)
 
     def convert(self, raw: list[Any], tool: str, schema: Mapping[str, Any]) -> list[ValidationError]:
         out: list[ValidationError] = []
@@ -466,7 +466,7 @@ class ValidationRules:
                 return nested
             labels = [self._expected_of(s) for s in err.validator_value]
             return [self._error(kw, tool, path, instance=inst,
-                                expected=" or ".join(dict.fromkeys(labels)))]
+                                expected=" or ".join(dict.fromkeys(str(x) for x in labels)))]
         if kw == "type":
             return [self._error("type", tool, path, instance=inst,
                                 expected=self.types_text(err.validator_value))]

@@ -46,12 +46,12 @@ def lint(paths: tuple[str, ...], fmt: str, no_bundled: bool) -> None:
     if fmt == "json":
         echo_json([p.as_dict() for p in problems])
     elif fmt == "github":
-        for p in problems:
-            click.echo(f"::{p.level} file={p.path},line={p.line},col={p.col},"
-                       f"title={p.check}::{p.message}")
+        for prob in problems:
+            click.echo(f"::{prob.level} file={prob.path},line={prob.line},col={prob.col},"
+                       f"title={prob.check}::{prob.message}")
     else:
-        for p in problems:
-            click.echo(p.format())
+        for prob in problems:
+            click.echo(prob.format())
         n = sum(len(v) for v in rs.files.values())
         warnings = len(problems) - errors
         click.echo(f"{n} rule files, {len(rs.templates)} templates, {len(rs.grammars)} grammars: "

@@ -211,7 +211,7 @@ def transforms(as_json: bool) -> None:
     from ..providers._rules import MESSAGE_TRANSFORMS
     from ..providers._transforms import OPS
 
-    ops = [{"op": s.name, "doc": s.doc,
+    ops: list[dict[str, Any]] = [{"op": s.name, "doc": s.doc,
             "params": {k: v.get("meta", {}).get("doc", "") for k, v in s.params.items()},
             "example": s.example} for s in OPS.values()]
     named = [{"name": t.name, "applies_to": t.where, "doc": t.doc} for t in MESSAGE_TRANSFORMS.values()]

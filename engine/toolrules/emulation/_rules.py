@@ -232,7 +232,7 @@ class ToolView:
     def params(self) -> list[ParamView]:
         if self._params is None:
             p = self.tool.parameters if isinstance(self.tool.parameters, Mapping) else {}
-            props = p.get("properties") if isinstance(p.get("properties"), Mapping) else {}
+            props = p["properties"] if isinstance(p.get("properties"), Mapping) else {}
             required = set(self.required)
             self._params = [ParamView(str(k), v, k in required, self._rules)
                             for k, v in props.items()]
@@ -262,10 +262,11 @@ class CallView:
         if parameters is None:  # a placeholder call: type each value by its own JSON type
             from ..calls._validation import json_type
 
-            props = {k: {"type": json_type(v)} for k, v in self.arguments.items()}
+            props: Mapping[str, Any] = {k: {"type": json_type(v)}
+                                        for k, v in self.arguments.items()}
         else:
-            props = parameters.get("properties") if isinstance(parameters, Mapping) else None
-            props = props if isinstance(props, Mapping) else {}
+            found = parameters.get("properties") if isinstance(parameters, Mapping) else None
+            props = found if isinstance(found, Mapping) else {}
         self.params = [ArgView(str(k), v, props.get(k)) for k, v in self.arguments.items()]
         self.raw_ok = all(p.raw_ok for p in self.params)
 

@@ -65,9 +65,9 @@ def check(pattern: str = "*", echo: Callable[[str], Any] = print) -> int:
             if len(lines) > 200:
                 echo(f"... {len(lines) - 200} more diff lines")
             echo(f"DIFF {gf.path}: review the change, then run: {regen_command(gf.path)}")
-    for p in _stale(root, files, pattern):
+    for stale in _stale(root, files, pattern):
         bad += 1
-        echo(f"STALE {p.relative_to(root).as_posix()}: no rule generates it; delete it or "
+        echo(f"STALE {stale.relative_to(root).as_posix()}: no rule generates it; delete it or "
              "restore its inputs")
     echo(f"golden: {len(files)} file(s) checked, {bad} problem(s)")
     return 1 if bad else 0

@@ -143,7 +143,7 @@ def _exception(spec: dict[str, Any], made: dict[str, type]) -> BaseException:
     cls = _exception_class(spec["exception"], spec.get("module"), spec.get("bases") or [], made)
     exc = cls(*spec.get("args", [spec.get("message", "")] if "message" in spec else []))
     if "status" in spec:
-        exc.response = SimpleNamespace(status_code=spec["status"])  # type: ignore[attr-defined]
+        exc.response = SimpleNamespace(status_code=spec["status"])
     if "cause" in spec:
         exc.__cause__ = _exception(spec["cause"], made)
     return exc

@@ -90,7 +90,7 @@ def canonical_messages(msgs: Iterable[Message], lossy: Iterable[str]) -> list[di
         if text:
             d["content"] = text
         if m.tool_calls:
-            calls = []
+            calls: list[dict[str, Any]] = []
             for c in m.tool_calls:
                 ids.setdefault(c.id or f"#{len(ids)}", len(ids))
                 calls.append({"name": c.name, "arguments": c.arguments})

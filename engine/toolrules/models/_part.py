@@ -16,12 +16,19 @@ _CACHE_LIMIT = 4096
 class ModelsPart(Part):
     """parse_model_id / capability / resolve_model, cached per id."""
 
+    __slots__ = ("_resolutions",)
+
+    def __init__(self, engine: Any):
+        super().__init__(engine)
+        # capability() is the hottest lookup: hold the per-id cache directly
+        self._resolutions: dict[str, Resolution] = {}
+
     def _model_rules(self) -> ModelRules:
         return self._cached("models", lambda: ModelRules(self.ruleset))
 
     def resolve_model(self, model_id: str) -> Resolution:
         """Spec, capability and the rule lines that decided them."""
-        cache: dict[str, Resolution] = self._cached("model_cache", dict)
+        cache = self._resolutions
         key = model_id if isinstance(model_id, str) else str(model_id)
         hit = cache.get(key)
         if hit is None:
@@ -38,4 +45,5 @@ class ModelsPart(Part):
         """What the model can do with tools (family rules, then overrides)."""
         if isinstance(model_id, Capability):
             return model_id
-        return self.resolve_model(model_id).capability
+        hit = self._resolutions.get(model_id)
+        return (hit if hit is not None else self.resolve_model(model_id)).capability

@@ -184,7 +184,7 @@ class ModelRules:
                 text = parts[-1]
             elif parts:
                 text = parts[0]
-        custom = bool(org) and org.lower() not in self._vendor_orgs
+        custom = bool(org) and str(org).lower() not in self._vendor_orgs
         name = text.lower()
         date = None
         for _ in range(4):
@@ -279,11 +279,11 @@ class ModelRules:
                 if not have or not _compare(op, _pad(have), _pad(parse_version(ref))):
                     return False
             elif key in ("size", "active_size"):
-                have = getattr(spec, key) or (parse_size(fam.assume.get("size"))
+                size = getattr(spec, key) or (parse_size(fam.assume.get("size"))
                                               if key == "size" else None)
                 op, ref = _split_op(str(want))
                 ref_size = parse_size(ref)
-                if have is None or ref_size is None or not _compare(op, have, ref_size):
+                if size is None or ref_size is None or not _compare(op, size, ref_size):
                     return False
             elif key == "date":
                 op, ref = _split_op(str(want))
@@ -295,9 +295,9 @@ class ModelRules:
                 if bool(spec.custom) != bool(want):
                     return False
             else:
-                have = {"variant": spec.variant, "provider": spec.provider, "org": spec.org,
+                text = {"variant": spec.variant, "provider": spec.provider, "org": spec.org,
                         "family": spec.family, "id": spec.model_id}.get(key)
-                if not _text_matches(want, have, tokens=(key == "variant")):
+                if not _text_matches(want, text, tokens=(key == "variant")):
                     return False
         return True
 
@@ -399,7 +399,8 @@ def check_rules(rs: RuleSet, rep: Any, failed: set[tuple[str, str]]) -> None:
                                      "active_size": "'<=3B'", "date": "'>=2506'"}[key],
                                   "model-condition")
             for key in ("variant", "id"):
-                for opt in (when.get(key) if isinstance(when.get(key), list) else [when.get(key)]):
+                value = when.get(key)
+                for opt in (value if isinstance(value, list) else [value]):
                     if isinstance(opt, str) and opt.startswith("~"):
                         check_regex(rep, rf, ("capabilities", j, "when", key), opt[1:])
         # dialect references

@@ -122,7 +122,7 @@ def coerce_message(m: Any) -> Message:
             continue
         if not isinstance(c, dict):
             raise ParseError(f"a tool call must be a dict, not {type(c).__name__}")
-        fn = c.get("function") if isinstance(c.get("function"), dict) else c
+        fn = c["function"] if isinstance(c.get("function"), dict) else c
         args = _decode_arguments(_blank_arguments(fn.get("arguments", fn.get("input"))))
         if args is None:
             raise ParseError(f"tool call {fn.get('name')!r} has arguments that are not a JSON object")
@@ -461,7 +461,7 @@ def normalize_choice(choice: Any) -> tuple[str, str | None] | None:
             raise ParseError("tool_choice is an empty string")
         return "named", key
     if isinstance(choice, dict):
-        fn = choice.get("function") if isinstance(choice.get("function"), dict) else choice
+        fn = choice["function"] if isinstance(choice.get("function"), dict) else choice
         name = fn.get("name")
         if isinstance(name, str) and name:
             return "named", name

@@ -532,7 +532,7 @@ def check_rules(rs: RuleSet, rep: Any, failed: set[tuple[str, str]]) -> None:
             except JMESPathError as exc:
                 msg = str(exc).splitlines()[0]
                 rep.error(rf, path, f"JMESPath does not compile: {msg} in {src!r}", "jmespath")
-        tools = data.get("tools") if isinstance(data.get("tools"), dict) else {}
+        tools = data["tools"] if isinstance(data.get("tools"), dict) else {}
         _check_pipeline(rep, rf, ("tools", "pipeline"), tools.get("pipeline"))
         if isinstance(tools.get("strict"), dict):
             _check_pipeline(rep, rf, ("tools", "strict", "pipeline"), tools["strict"].get("pipeline"))
@@ -540,13 +540,13 @@ def check_rules(rs: RuleSet, rep: Any, failed: set[tuple[str, str]]) -> None:
             _check_pipeline(rep, rf, ("tools", "read", "pipeline"), tools["read"].get("pipeline"))
         if isinstance(tools.get("names"), dict):
             check_regex(rep, rf, ("tools", "names", "pattern"), tools["names"].get("pattern"))
-        msgs = data.get("messages") if isinstance(data.get("messages"), dict) else {}
+        msgs = data["messages"] if isinstance(data.get("messages"), dict) else {}
         if isinstance(msgs.get("call_ids"), dict):
             check_regex(rep, rf, ("messages", "call_ids", "pattern"), msgs["call_ids"].get("pattern"))
         for section, key, where in (("messages", "transforms", "messages"),
                                     ("response", "transforms", "response"),
                                     ("response", "call_transforms", "call")):
-            block = data.get(section) if isinstance(data.get(section), dict) else {}
+            block = data[section] if isinstance(data.get(section), dict) else {}
             for i, name in enumerate(block.get(key) or []):
                 t = MESSAGE_TRANSFORMS.get(name)
                 if t is not None and t.where != where:

@@ -312,7 +312,7 @@ def _ensure_object_root(work: Work, p: dict[str, Any]) -> None:
         work.schema = root
         return
     key = p.get("wrap_key", "value")
-    defs = {k: root.pop(k) for k in ("$defs", "definitions") if k in root}
+    defs: dict[str, Any] = {k: root.pop(k) for k in ("$defs", "definitions") if k in root}
     work.schema = {"type": "object", "properties": {key: root}, "required": [key], **defs}
 
 
@@ -523,7 +523,8 @@ def _nullable(work: Work, p: dict[str, Any]) -> None:
         elif style == "type_array" and isinstance(t, list):
             node["type"] = [*t, "null"] if "null" not in t else t
         elif not _allows_null(node):
-            keep = {k: node.pop(k) for k in ("description", "title", "default") if k in node}
+            keep: dict[str, Any] = {k: node.pop(k) for k in ("description", "title", "default")
+                                    if k in node}
             inner = dict(node)
             node.clear()
             node.update(keep)
@@ -570,7 +571,7 @@ def _enum_to_strings(work: Work, _p_: dict[str, Any]) -> None:
             strings.append(s)
         node["enum"] = strings
         node["type"] = "string"
-        work.restore_at(args, lambda value, t=table: t.get(value, value) if isinstance(value, str) else value)
+        work.restore_at(args, lambda value: table.get(value, value) if isinstance(value, str) else value)
         return node
 
     work.schema = rewrite(work.schema, visit)
@@ -813,7 +814,7 @@ def _fix_required(work: Work, _p_: dict[str, Any]) -> None:
     def visit(node: dict[str, Any], _path: str, _args: ArgsPath) -> dict[str, Any]:
         req = node.get("required")
         if isinstance(req, list):
-            props = node.get("properties") if isinstance(node.get("properties"), dict) else {}
+            props: dict[str, Any] = node["properties"] if isinstance(node.get("properties"), dict) else {}
             kept = [r for r in dict.fromkeys(req) if isinstance(r, str) and r in props]
             if kept:
                 node["required"] = kept
@@ -927,8 +928,8 @@ def _strict(work: Work, p: dict[str, Any]) -> None:
         node["required"] = list(props)
         if optional:
             drop = frozenset(optional)
-            work.restore_at(args, lambda obj, d=drop: {k: v for k, v in obj.items()
-                                                       if not (k in d and v is None)}
+            work.restore_at(args, lambda obj: {k: v for k, v in obj.items()
+                                               if not (k in drop and v is None)}
                             if isinstance(obj, dict) else obj)
         return node
 
@@ -983,7 +984,7 @@ class Pipeline:
         for op, params in self.steps:
             OPS[op].run(work, params)
         steps = tuple((path, action) for path, action in work.restore_steps if path is not None)
-        return TransformedTool(work.name, work.description, work.schema, steps)  # type: ignore[arg-type]
+        return TransformedTool(work.name, work.description, work.schema, steps)
 
     def __add__(self, other: Pipeline) -> Pipeline:
         return Pipeline(self.steps + other.steps)

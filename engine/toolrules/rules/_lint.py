@@ -68,9 +68,9 @@ def regex_hazard(pattern: str) -> str | None:
         if not _delimited(m.group(0)):
             return ("a quantified group contains a quantifier (like (a+)+): "
                     "exponential backtracking")
-    m = _ALT_QUANT.search(pattern)
-    if m:
-        group = m.group(0)
+    alt = _ALT_QUANT.search(pattern)
+    if alt:
+        group = alt.group(0)
         body = group[1:group.rindex(")")]
         alts = [a for a in re.split(r"(?<!\\)\|", body.removeprefix("?:"))]
         for i, a in enumerate(alts):
@@ -153,15 +153,15 @@ def _schema_message(schema: dict[str, Any], err: Any) -> tuple[str, str]:
         doc = f" ({meta['doc']})" if meta.get("doc") else ""
         return f"missing required field {name!r}{doc}{example}", "schema-required"
     if err.code == ce.BAD_TYPE.code:
-        want = fs.get("type", "?")
-        want = " or ".join(want) if isinstance(want, list) else want
+        types = fs.get("type", "?")
+        want = " or ".join(types) if isinstance(types, list) else str(types)
         article = "an" if str(want)[:1] in "aeiou" else "a"
         return (f"{name!r} must be {article} {want}, not {_article(_type_name(err.value))}"
                 f"{example}",
                 "schema-type")
     if err.code == ce.UNALLOWED_VALUE.code:
-        allowed = ", ".join(map(str, fs.get("allowed", [])))
-        return f"{name!r} is {err.value!r}; allowed: {allowed}", "schema-value"
+        choices = ", ".join(map(str, fs.get("allowed", [])))
+        return f"{name!r} is {err.value!r}; allowed: {choices}", "schema-value"
     if err.code == ce.REGEX_MISMATCH.code:
         return (f"{name!r} is {err.value!r}, which does not match {fs.get('regex')!r}{example}",
                 "schema-value")

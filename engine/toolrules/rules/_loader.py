@@ -201,8 +201,8 @@ def discover(layers: Sequence[Layer]) -> RuleSet:
         for rid, rf in sorted(files[kind].items()):
             h.update(f"\0{kind}\0{rid}\0{rf.display}\0".encode())
             h.update(rf.text.encode())
-    for bucket in (templates, grammars):
-        for name, a in sorted(bucket.items()):
+    for assets in (templates, grammars):
+        for name, a in sorted(assets.items()):
             h.update(f"\0asset\0{name}\0".encode())
             h.update(a.text.encode())
     return RuleSet(tuple(layers), files, templates, grammars, replaced, h.hexdigest())

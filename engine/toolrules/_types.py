@@ -227,6 +227,9 @@ class Capability:
     """Parse tool intent from plain text as a last resort. Default False."""
     quirks: tuple[str, ...] = ()
     """Named repairs this model needs when its output is parsed. Default none."""
+    decline_calls: tuple[str, ...] = ()
+    """Tool names this model writes to mean "no call" (e.g. no_function): read as no call,
+    with a warning. Default none."""
 
     def non_default(self) -> dict[str, Any]:
         """The fields that differ from the defaults (what a resolution decided)."""

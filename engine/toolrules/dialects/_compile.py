@@ -128,10 +128,16 @@ class PayloadDef:
             "name": tuple(fields.get("name") or ("name",)),
             "arguments": tuple(fields.get("arguments") or ("arguments",)),
             "id": tuple(fields.get("id") or ()),
+            "calls": tuple(fields.get("calls") or ()),
         }
         self.name_as_key = bool(spec.get("name_as_key"))
         self.array = bool(spec.get("array", self.fields is not None or self.name_as_key))
-        self.separator = spec.get("separator")
+        seps = _as_list(spec.get("separator"))
+        self.separator = tuple(s for s in seps if s.strip())   # literal separators
+        self.line_separated = any(s and not s.strip() for s in seps)  # whitespace separates
+        head = spec.get("head")
+        self.head = re.compile(head) if head else None
+        self.rest_text = spec.get("rest") == "text"
         self.fence = bool(spec.get("fence"))
         self.suffix = spec.get("suffix")
         self.param = ParamDef(spec["param"]) if spec.get("param") else None
@@ -161,6 +167,9 @@ class HeaderDef:
         self.pattern = re.compile(pattern, re.S) if pattern else None
         self.optional = bool(spec.get("optional"))
         self.unescape = spec.get("unescape")
+        chars = spec.get("chars")
+        self.chars = re.compile(f"[{chars}]") if chars else None       # one allowed char
+        self.foreign = re.compile(f"[^{chars}]") if chars else None    # any other char
 
 
 class CallDef:
@@ -181,13 +190,21 @@ class CallDef:
         # eligible for the whole-text fast path: open, one JSON value, close
         p = self.payload
         self.fast = (self.header is None and p.kind == "json" and bool(self.close)
-                     and not p.separator and not p.fence and not p.suffix and bool(self.open))
+                     and not p.separator and not p.line_separated and not p.fence
+                     and not p.suffix and bool(self.open))
+
+    def starts_with(self, ch: str) -> bool:
+        """Whether a call found at the start of the content may begin with `ch`."""
+        h = self.header
+        if h is not None and not h.optional and h.chars is not None:
+            return h.chars.match(ch) is not None
+        return ch in self.payload.starts
 
 
 class Region:
     """A text region: where its text goes and which markers leave it."""
 
-    __slots__ = ("exits", "kind", "name", "reasoning", "start_calls", "tentative")
+    __slots__ = ("exits", "kind", "name", "noise", "reasoning", "start_calls", "tentative")
 
     def __init__(self, kind: str, name: str):
         self.kind = kind          # content | reasoning | drop | section | between | undecided
@@ -196,6 +213,7 @@ class Region:
         self.start_calls: tuple[CallDef, ...] = ()
         self.tentative = False    # calls here count only if the reasoning never closes
         self.reasoning: Region | None = None  # undecided: the reasoning it may turn out to be
+        self.noise = False        # section: text outside calls is template noise (dropped)
 
     def __repr__(self) -> str:
         return f"<Region {self.name}>"
@@ -223,6 +241,7 @@ class Dialect:
         self.strip = bool(data.get("strip", True))
         self.repairs = frozenset(data.get("repairs") or ())
         self.dedupe = bool(data.get("dedupe"))
+        self.decline = frozenset(data.get("decline") or ())
         self.grammars: set[str] = set()
         self.grammar_parsers: dict[str, Any] = {}
         lenient = "single-quotes" in self.repairs
@@ -240,6 +259,7 @@ class Dialect:
         sections: dict[str, Region] = {}
         for s in data.get("sections") or []:
             reg = Region("section", s["name"])
+            reg.noise = s.get("text") == "drop"
             sections[s["name"]] = reg
             self.regions.append(reg)
         self.calls = [CallDef(c, i, lenient) for i, c in enumerate(data.get("calls") or [])]
@@ -371,8 +391,14 @@ def check_rules(rs: Any, rep: Any, failed: set[tuple[str, str]]) -> None:
             if header.get("pattern"):
                 _check_group(rep, rf, base + ("header", "pattern"), header["pattern"], "name",
                              "the header pattern")
+            if isinstance(header.get("chars"), str):
+                check_regex(rep, rf, base + ("header", "chars"), f"[{header['chars']}]")
+            elif c.get("at") == "start" and header and not header.get("optional"):
+                rep.error(rf, base + ("header",), "a call `at: start` with a header needs "
+                          "`chars:` (the characters a header holds; the call begins with one)",
+                          "dialect-call-open")
             _check_payload(rep, rf, base + ("payload",), payload, kind, grammars,
-                           named=bool(c.get("header")))
+                           named=bool(c.get("header")), closed=bool(c.get("close")))
         msg = data.get("messages") or {}
         for j, route in enumerate(msg.get("routes") or []):
             base = ("messages", "routes", j)
@@ -383,13 +409,20 @@ def check_rules(rs: Any, rep: Any, failed: set[tuple[str, str]]) -> None:
                 check_regex(rep, rf, base + ("match",), route.get("match"))
                 payload = route.get("payload") or {"kind": "json"}
                 _check_payload(rep, rf, base + ("payload",), payload, payload.get("kind"),
-                               grammars, named=True)
+                               grammars, named=True, closed=True)
         _check_marker_conflicts(rep, rf, data)
 
 
 def _check_payload(rep: Any, rf: Any, base: tuple[Any, ...], payload: dict[str, Any],
-                   kind: Any, grammars: set[str], named: bool) -> None:
+                   kind: Any, grammars: set[str], named: bool, closed: bool) -> None:
+    from ..rules._lint import check_regex
 
+    if payload.get("head"):
+        check_regex(rep, rf, base + ("head",), payload["head"])
+    if payload.get("rest") == "text" and closed:
+        rep.error(rf, base + ("rest",), "`rest: text` is for calls without a close marker "
+                  "(inside markers, text after the values makes the call malformed)",
+                  "dialect-payload")
     if kind == "params" and not payload.get("param"):
         rep.error(rf, base, "a params payload needs `param:` (open, key_until, close)",
                   "dialect-payload")

@@ -150,6 +150,11 @@ _TOKEN = re.compile(r"""
 """, re.X | re.S)
 
 _PY_LITERALS = {"True": "true", "False": "false", "None": "null"}
+_MD_ESCAPE = re.compile(r"\\.")
+
+
+def _md_unescape(m: re.Match[str]) -> str:
+    return "_" if m.group() == "\\_" else m.group()
 
 
 _ESCAPES = {"n": "\n", "t": "\t", "r": "\r", "b": "\b", "f": "\f", "0": "\0", "\\": "\\",
@@ -197,8 +202,9 @@ def repair_json(text: str, allowed: frozenset[str] | set[str],
                 at_end_marker: bool = False) -> tuple[object, tuple[str, ...]]:
     """Parse `text` as JSON, applying only `allowed` repairs; return (value, repairs used).
 
-    Repairs: trailing-commas, single-quotes, unquoted-keys, python-literals, and
-    missing-final-brace (only when the payload was cut by a call's end marker).
+    Repairs: trailing-commas, single-quotes, unquoted-keys, python-literals,
+    markdown-escapes (``\\_`` in a string reads ``_``), and missing-final-brace (only when
+    the payload was cut by a call's end marker).
     """
     try:
         return loads_strict(text), ()
@@ -226,7 +232,12 @@ def repair_json(text: str, allowed: frozenset[str] | set[str],
 
     for i, (kind, tok) in enumerate(toks):
         nxt = toks[i + 1][1] if i + 1 < len(toks) else None
-        if kind == "dq" or kind == "num":
+        if kind == "dq" and "\\_" in tok:  # \_ is no JSON escape: Markdown escaped a _
+            fixed = _MD_ESCAPE.sub(_md_unescape, tok)
+            if fixed != tok:
+                use("markdown-escapes")
+            out.append(fixed)
+        elif kind == "dq" or kind == "num":
             out.append(tok)
         elif kind == "sq":
             use("single-quotes")

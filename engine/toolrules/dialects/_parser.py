@@ -30,7 +30,8 @@ class TextParser:
 
     def __init__(self, dialect: Dialect, tools: dict[str, Any], repairs: frozenset[str],
                  generation_prompt: str | None, ids: str = "random",
-                 max_chars: int = MAX_TEXT_CHARS, heuristics: Any = None):
+                 max_chars: int = MAX_TEXT_CHARS, heuristics: Any = None,
+                 decline: frozenset[str] = frozenset()):
         self.dialect = dialect
         self.tools = tools
         self.repairs = repairs
@@ -39,6 +40,7 @@ class TextParser:
         self.ids = ids
         self.max_chars = max_chars
         self.heuristics = heuristics
+        self.decline = dialect.decline | decline  # names that mean "no call"
         from ._scanner import Machine, Sink
 
         self._classes = (Machine, Sink)
@@ -54,6 +56,7 @@ class TextParser:
     def _machine(self, streaming: bool) -> Machine:
         Machine, Sink = self._classes
         sink = Sink(streaming, self.dialect.strip, self.tools, self.dialect.dedupe, self.ids)
+        sink.decline = self.decline
         m = Machine(self.dialect, sink, self.repairs, self.tools)
         m.restore(self._start)
         return m
@@ -128,19 +131,28 @@ class DialectsPart(Part):
 
     def dialect(self, name: str) -> Dialect:
         """The compiled dialect `name` (rules/dialects/<name>.yaml)."""
-        cache: dict[str, Dialect] = self._cached("dialects", dict)
-        d = cache.get(name)
+        return self._compiled_dialect(name, ())
+
+    def _compiled_dialect(self, name: str, extra: tuple[str, ...]) -> Dialect:
+        """`name` compiled with `extra` repairs added (a model's quirks may widen how its
+        payloads are scanned: `single-quotes` makes '...' a string)."""
+        cache: dict[Any, Dialect] = self._cached("dialects", dict)
+        key: Any = (name, extra) if extra else name
+        d = cache.get(key)
         if d is None:
             rf = self.ruleset.get("dialect", name)
             if rf is None:
                 raise UnknownRuleError("dialect", name, self.ruleset.ids("dialect"))
             from ._compile import compile_dialect
 
-            d = compile_dialect(name, rf.data)
+            data = rf.data
+            if extra:
+                data = {**data, "repairs": [*(data.get("repairs") or ()), *extra]}
+            d = compile_dialect(name, data)
             d.grammar_parsers = {}
             for g in d.grammars:
                 d.grammar_parsers[g] = self._grammar(g)
-            cache[name] = d
+            cache[key] = d
         return d
 
     def _grammar(self, name: str) -> Any:
@@ -169,17 +181,23 @@ class DialectsPart(Part):
                     heuristics: bool = False) -> TextParser:
         """A parser for `model`'s raw output (its dialect), or for `dialect` directly.
 
-        Allowed repairs are the dialect's plus the model's quirks (plus `repairs`).
+        Allowed repairs are the dialect's plus the model's quirks (plus `repairs`); the
+        model's `decline_calls` (and the dialect's `decline`) name calls that mean "no call".
         `heuristics=True` also infers calls from prose ("I'll use the X tool") when no
         structured call is found (off by default: it guesses).
         """
         name = self.dialect_for(model, dialect)
         d = self.dialect(name)
         allowed = set(d.repairs)
+        decline: frozenset[str] = frozenset()
         if model is not None:
-            allowed |= set(self.engine.capability(model).quirks)
+            cap = self.engine.capability(model)
+            allowed |= set(cap.quirks)
+            decline = frozenset(cap.decline_calls)
         if repairs:
             allowed |= set(repairs)
+        if "single-quotes" in allowed and "single-quotes" not in d.repairs:
+            d = self._compiled_dialect(name, ("single-quotes",))
         tool_map = {t.name: t.parameters for t in coerce_tools(tools)}
         finder = None
         if heuristics:
@@ -187,4 +205,4 @@ class DialectsPart(Part):
 
             finder = heuristic_finder(self, tool_map)
         return TextParser(d, tool_map, frozenset(allowed), generation_prompt, ids=ids,
-                          max_chars=max_chars, heuristics=finder)
+                          max_chars=max_chars, heuristics=finder, decline=decline)

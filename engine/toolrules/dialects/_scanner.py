@@ -29,6 +29,7 @@ _WS = " \t\r\n"
 _WS_RUN = re.compile(r"[ \t\r\n]*")
 _DECODER = json.JSONDecoder()
 _MAX_HEADER = 4096
+_MAX_HEAD = 256  # payload `head` (a function name before its bracket)
 _ID_PREFIX = secrets.token_hex(5)  # unique per process; the counter makes ids unique in it
 _ID_COUNTER = itertools.count(1)
 _PROBE_CHARS = 512
@@ -54,8 +55,8 @@ class _Channel:
 class Sink:
     """Receives scanner events; streams chunks or collects a parse result."""
 
-    __slots__ = ("calls", "content", "dedupe", "deferred", "ids", "muted", "out", "reasoning",
-                 "repairs", "seen", "streaming", "strip", "tools", "warnings")
+    __slots__ = ("calls", "content", "decline", "dedupe", "deferred", "ids", "muted", "out",
+                 "reasoning", "repairs", "seen", "streaming", "strip", "tools", "warnings")
 
     def __init__(self, streaming: bool, strip: bool, tools: dict[str, Any], dedupe: bool,
                  ids: str):
@@ -73,6 +74,7 @@ class Sink:
         self.seen: set[str] | None = None
         self.deferred: list[tuple[Any, ...]] | None = None
         self.muted = False
+        self.decline: frozenset[str] = frozenset()  # names that mean "no call"
 
     # ------------------------------------------------------------ text
 
@@ -119,6 +121,9 @@ class Sink:
 
     def _call(self, name: str, arguments: dict[str, Any], call_id: str | None,
               repairs: list[str]) -> None:
+        if name in self.decline and name not in self.tools:
+            self.warn(f"declined-call: {name}")
+            return
         if self.dedupe:
             key = name + "\0" + json.dumps(arguments, sort_keys=True, ensure_ascii=False)
             if self.seen is None:
@@ -187,7 +192,9 @@ class _CallRun:
         "item_end",
         "key",
         "key_type",
+        "mark",
         "name",
+        "newline",
         "params",
         "payload",
         "phase",
@@ -197,6 +204,7 @@ class _CallRun:
         "raw",
         "repairs",
         "ret",
+        "start_index",
         "started",
         "tentative",
         "value",
@@ -228,6 +236,9 @@ class _CallRun:
         self.progress_name: str | None = None
         self.plen = 0          # characters in `payload`
         self.item_end = -1     # payload offset after the last complete array element
+        self.mark = -1         # len(raw) after the last complete value (payload `rest: text`)
+        self.start_index = -1  # anchored: which of the region's start shapes this is
+        self.newline = False   # a newline was skipped after the last value
         if c.header is not None:
             self.phase = "header"
         elif c.payload.kind == "params":
@@ -242,7 +253,7 @@ class Machine:
     """Runs one dialect over one output (and, first, over the generation prompt)."""
 
     __slots__ = ("_pending_call", "allowed", "buf", "call", "d", "final", "header", "header_msg",
-                 "lead", "pos", "region", "sink", "start_ok", "tools", "undecided")
+                 "lead", "pos", "region", "sink", "start_ok", "start_skip", "tools", "undecided")
 
     def __init__(self, dialect: Dialect, sink: Sink, repairs: frozenset[str],
                  tools: dict[str, Any]):
@@ -261,6 +272,7 @@ class Machine:
         self.lead: list[str] = []
         self.final = False
         self._pending_call: _CallRun | None = None
+        self.start_skip = 0    # start shapes already tried on this text (they did not fit)
 
     # ------------------------------------------------------------ driving
 
@@ -304,11 +316,12 @@ class Machine:
 
     def close(self, finish_reason: str | None) -> None:
         self._run(final=True)
+        while self.call is not None:
+            self._call_eof(finish_reason)
+            self._run(final=True)  # text a call gave back is read again
         if self.lead:  # whitespace held while waiting for a possible call at the start
             lead, self.lead = "".join(self.lead), []
             self._emit(self.region, lead)
-        if self.call is not None:
-            self._call_eof(finish_reason)
         if self.header is not None:
             self.sink.warn("incomplete-message-header-dropped")
             self.header = None
@@ -344,6 +357,8 @@ class Machine:
         elif kind == "reasoning":
             self.sink.text("reasoning", text)
         elif kind == "section":
+            if region.noise:
+                return
             if text.strip(_WS):
                 self.sink.warn("text-inside-call-section")
             self.sink.text("content", text)
@@ -373,12 +388,14 @@ class Machine:
             if i >= n and not final:
                 return False
             if i < n:
-                for c in r.start_calls:
-                    if buf[i] in c.payload.starts:
+                for k in range(self.start_skip, len(r.start_calls)):
+                    c = r.start_calls[k]
+                    if c.starts_with(buf[i]):
                         if r.kind == "undecided":
                             self._flush_undecided("content")
                             self.region = r = self.d.content
                         run = self._begin_call(c, r, anchored=True)
+                        run.start_index = k
                         run.raw.extend(self.lead)
                         self.lead = []
                         return True
@@ -553,6 +570,7 @@ class Machine:
 
     def _step_header_call(self, run: _CallRun, final: bool) -> bool:
         h = run.c.header
+        assert h is not None
         buf, pos = self.buf, self.pos
         n = len(buf)
         if h.optional and not run.header:
@@ -573,6 +591,13 @@ class Machine:
             if i >= n:
                 return False
         m = h.ends.search(buf, pos, final)
+        if h.foreign is not None:  # a character no header holds: this is no call
+            stop = m.start() if m is not None else (n if final else n - h.ends.holdback(buf, pos))
+            fm = h.foreign.search(buf, pos, stop)
+            if fm is not None:
+                run.header.append(self._consume(run, fm.start()))
+                self._malformed(run, "call-header-not-recognized")
+                return True
         if m is None:
             end = n if final else n - h.ends.holdback(buf, pos)
             if end > pos:
@@ -639,6 +664,17 @@ class Machine:
             if buf[i] not in p.starts:
                 self._malformed(run, "payload-not-recognized")
                 return True
+            if p.head is not None and buf[i] not in p.spec.brackets:
+                hm = p.head.match(buf, i)
+                j = i if hm is None else hm.end()
+                if j == i or j - i > _MAX_HEAD:
+                    self._malformed(run, "payload-not-recognized")
+                    return True
+                if j + 1 >= n and not final:
+                    return False  # the head may go on (an atom like \\_ is two characters)
+                head = self._consume(run, j)
+                run.payload.append(head)
+                run.plen += len(head)
             run.started = True
             run.bal = Balanced(p.spec, bracketed=not p.delimited)
             run.item_end = -1
@@ -651,6 +687,7 @@ class Machine:
                     if isinstance(value, (dict, list)):
                         self._consume(run, end)
                         run.values.append(value)
+                        run.mark = len(run.raw)
                         run.started = False
                         run.bal = None
                         run.phase = "after"
@@ -700,6 +737,7 @@ class Machine:
                 return True
             run.repairs.extend(used)
         run.values.append(value)
+        run.mark = len(run.raw)
         run.bal = None
         run.started = False
         run.phase = "after"
@@ -712,23 +750,53 @@ class Machine:
         suffix): streaming waits to see what comes, so both modes agree on who owns it.
         """
         p = run.c.payload
-        if not (p.separator or p.suffix or p.fence):
+        if not (p.separator or p.line_separated or p.suffix or p.fence):
             run.phase = "close"
             return True
         buf, n = self.buf, len(self.buf)
+        start = self.pos
         i = self._skip_ws(run)
+        if i > start and "\n" in buf[start:i]:
+            run.newline = True
         if i >= n and not final:
             return False
-        if p.separator and buf.startswith(p.separator, i):
-            self._consume(run, i + len(p.separator))
-            run.phase = "payload"
-            return True
+        rest = buf[i:i + 16]
+        for sep in p.separator:
+            if buf.startswith(sep, i):
+                self._consume(run, i + len(sep))
+                run.newline = False
+                run.phase = "payload"
+                return True
+            if not final and len(rest) < len(sep) and sep.startswith(rest):
+                return False
         for lit in ([p.suffix] if p.suffix else []) + (["```"] if p.fence else []):
             if buf.startswith(lit, i):
                 self._consume(run, i + len(lit))
-                break
-            if not final and len(buf) - i < len(lit) and lit.startswith(buf[i:]):
+                run.phase = "close"
+                return True
+            if not final and len(rest) < len(lit) and lit.startswith(rest):
                 return False
+        if p.line_separated and run.newline and i < n and buf[i] in p.starts:
+            run.newline = False
+            run.phase = "payload"  # the next value on a new line
+            return True
+        run.phase = "close"
+        return True
+
+    def _rewind(self, run: _CallRun) -> bool:
+        """Payload `rest: text`: what follows the last complete value is not a value. Give
+        it back to the scanner as text; the complete values are the calls."""
+        if not run.c.payload.rest_text or run.mark < 0 or not run.values or run.c.close:
+            return False
+        tail = "".join(run.raw[run.mark:])
+        del run.raw[run.mark:]
+        self.buf = tail + self.buf[self.pos:]
+        self.pos = 0
+        run.payload = []
+        run.plen = 0
+        run.bal = None
+        run.started = False
+        run.newline = False
         run.phase = "close"
         return True
 
@@ -776,10 +844,16 @@ class Machine:
 
     def _call_eof(self, finish_reason: str | None) -> None:
         run = self.call
+        assert run is not None
         if run.phase in ("after", "close") and run.values:
             self._finish_call(run)
             return
-        if finish_reason == "length":
+        if self._rewind(run):  # the unfinished tail is text, not a cut-off call
+            return
+        # a call at the start whose payload had not begun may have been plain text
+        unbegun = run.anchored and not run.values and (run.phase == "header" or (
+            run.phase == "payload" and (run.bal is None or not run.bal.started)))
+        if finish_reason == "length" and not unbegun:
             # cut off: never a half call, but complete calls before the cut are kept
             self.call = None
             self.region = run.ret
@@ -801,7 +875,27 @@ class Machine:
             return
         self._passthrough(run, "incomplete-call")
 
+    def _next_start(self, run: _CallRun) -> bool:
+        """A call at the start of the content that does not fit gives way to the next start
+        shape that may begin with its text: the text is read again (each shape once)."""
+        shapes = run.ret.start_calls
+        k = run.start_index + 1
+        if k <= 0 or k >= len(shapes):
+            return False
+        text = "".join(run.raw)
+        first = text.lstrip(_WS)[:1]
+        if not first or not any(c.starts_with(first) for c in shapes[k:]):
+            return False
+        self.buf = text + self.buf[self.pos:]
+        self.pos = 0
+        self.call = None
+        self.region = run.ret
+        self.start_skip = k
+        return True
+
     def _malformed(self, run: _CallRun, why: str) -> None:
+        if self._rewind(run):
+            return
         if run.c.close and not run.anchored and run.phase != "skip":
             run.phase = "skip"
             run.repairs.append(why)
@@ -810,6 +904,8 @@ class Machine:
 
     def _passthrough(self, run: _CallRun, why: str) -> None:
         """Give a call that is not a call back as text, verbatim, where it stood."""
+        if run.anchored and self._next_start(run):
+            return
         self.call = None
         self.region = run.ret
         raw = "".join(run.raw)
@@ -983,9 +1079,14 @@ class Machine:
                 if declared_attr is not None and declared is None and p.param.types:
                     declared = "json"
                 args[key] = type_value(raw, schema.get(key), declared)
-            return [(run.name, args, run.call_id, repairs)]
+            return self._escapes([(run.name, args, run.call_id, repairs)])
         out = []
+        wrapped = p.fields["calls"] if p.fields is not None else ()
         for value in run.values:
+            if wrapped and type(value) is dict and run.name is None:
+                inner = _lookup(value, wrapped)  # {"tool_calls": [call, ...]}
+                if isinstance(inner, list):
+                    value = inner
             items = value if isinstance(value, list) and (p.array or p.kind == "grammar") \
                 and run.name is None else [value]
             for item in items:
@@ -993,7 +1094,22 @@ class Machine:
                 if built is None:
                     return None
                 out.append(built)
-        return out or None
+        return self._escapes(out) if out else None
+
+    def _escapes(self, calls: list[Any]) -> list[Any]:
+        """Repair `markdown-escapes`: a name or argument key written `solve\\_quadratic`
+        (Markdown escaping) reads `solve_quadratic`."""
+        if "markdown-escapes" not in self.allowed:
+            return calls
+        out = []
+        for name, args, call_id, repairs in calls:
+            if "\\_" in name or any("\\_" in k for k in args):
+                name = name.replace("\\_", "_")
+                args = {k.replace("\\_", "_"): v for k, v in args.items()}
+                if "markdown-escapes" not in repairs:
+                    repairs.append("markdown-escapes")
+            out.append((name, args, call_id, repairs))
+        return out
 
     def _one(self, p: Any, header_name: str | None, header_id: str | None, item: Any,
              repairs: list[str]) -> Any:

@@ -10,6 +10,7 @@ Inputs: golden/dialects/<dialect>.cases.yaml
         finish_reason: stop       # optional (length = cut off by max_tokens)
         markers_in_text: true     # optional: the text itself mentions markers (reasoning)
         generation_prompt: ...    # optional per case
+        model: ID                 # optional: the model's quirks and decline calls apply
 
 Output: golden/dialects/<dialect>.golden.yaml: content, reasoning, calls (name, arguments,
 and the id only when the format wrote one), repairs and warnings per case.
@@ -140,8 +141,9 @@ def golden_files(engine: Any, root: Path) -> Iterable[GoldenFile]:
         for case in data.get("cases", []):
             tools = case.get("tools", data.get("tools"))
             gp = case.get("generation_prompt", data.get("generation_prompt"))
-            parser = engine.text_parser(dialect=name, tools=tools, generation_prompt=gp,
-                                        ids="sequential", repairs=case.get("repairs"))
+            parser = engine.text_parser(case.get("model"), dialect=name, tools=tools,
+                                        generation_prompt=gp, ids="sequential",
+                                        repairs=case.get("repairs"))
             finish = case.get("finish_reason", "stop")
             result, case_problems = _case_output(parser, case["text"], finish,
                                                  bool(case.get("markers_in_text")))

@@ -101,8 +101,9 @@ class _Family:
 
 def _capability_values(block: dict[str, Any] | None) -> dict[str, Any]:
     out = dict(block or {})
-    if "quirks" in out:
-        out["quirks"] = tuple(out["quirks"])
+    for key in ("quirks", "decline_calls"):
+        if key in out:
+            out[key] = tuple(out[key])
     return out
 
 

@@ -10,7 +10,7 @@ __all__ = ["KIND_SCHEMAS", "REPAIRS"]
 
 REPAIRS = ("trailing-commas", "single-quotes", "unquoted-keys", "python-literals",
            "missing-final-brace", "function-key", "args-key", "parameters-key",
-           "double-wrapped-arguments", "arguments-json-string")
+           "double-wrapped-arguments", "arguments-json-string", "markdown-escapes")
 
 _MARKERS = {"type": ["string", "list"], "schema": {"type": "string", "empty": False},
             "empty": False}
@@ -28,6 +28,8 @@ _FIELDS = {
         "name": _strlist("keys holding the tool name", "name: [name, function]"),
         "arguments": _strlist("keys holding the arguments", "arguments: [arguments, parameters]"),
         "id": _strlist("keys holding a call id", "id: [id, tool_call_id]"),
+        "calls": _strlist("keys holding a list of call objects (the value is a wrapper "
+                          "around the calls)", "calls: [tool_calls]"),
     },
 }
 
@@ -72,7 +74,16 @@ _PAYLOAD = {
         "fields": _FIELDS,
         "name_as_key": _bool("each call object is {NAME: arguments}"),
         "array": _bool("a JSON array holds several calls"),
-        "separator": _str("text between several JSON values", "separator: ';'"),
+        "separator": {"type": ["string", "list"], "schema": {"type": "string", "empty": False},
+                      **_doc("text between several values (whitespace around it is skipped); "
+                             "a separator that is whitespace ('\\n') means values may follow "
+                             "one another on new lines", "separator: [',', '\\n']")},
+        "head": _str("regex: a value may begin with this text before its opening bracket "
+                     "(a grammar payload's function name)", "head: '[A-Za-z_][\\w.]*'"),
+        "rest": _str("what follows the last complete value when it is not another value "
+                     "(calls without a close marker): malformed (default: the call is text) "
+                     "or text (the complete values are calls, the rest is text)",
+                     "rest: text", allowed=["malformed", "text"]),
         "fence": _bool("accept a ```json fence around the payload"),
         "suffix": _str("literal skipped after the payload", "suffix: '```'"),
         "param": _PARAM,
@@ -113,6 +124,9 @@ _CALL = {
                 "optional": _bool("no header when the payload starts at once"),
                 "unescape": _str("decode entities in captured values", "unescape: xml",
                                  allowed=["xml"]),
+                "chars": _str("regex class body: the characters a header may hold; any other "
+                              "character means this is no call (a call `at: start` begins "
+                              "only with one of them)", "chars: '\\w.\\-'"),
             },
         },
         "payload": {**_PAYLOAD, "required": True},
@@ -157,6 +171,9 @@ DIALECT_SCHEMA: dict[str, Any] = {
             "open": {**_markers("opening marker(s)", "open: '<｜tool▁calls▁begin｜>'"),
                      "required": True},
             "close": _markers("closing marker(s)", "close: '<｜tool▁calls▁end｜>'"),
+            "text": _str("what text inside the section outside calls is: content (kept, "
+                         "with a warning) or drop (template noise)", "text: drop",
+                         allowed=["content", "drop"]),
         }},
     },
     "calls": {"type": "list", "schema": _CALL, **_doc("the call shapes of this format")},
@@ -178,6 +195,9 @@ DIALECT_SCHEMA: dict[str, Any] = {
     "repairs": {"type": "list", "schema": {"type": "string", "allowed": list(REPAIRS)},
                 **_doc("repairs allowed for this format", "repairs: [trailing-commas]")},
     "dedupe": _bool("drop a call identical to an earlier one"),
+    "decline": _strlist("tool names that mean \"no call\" (a decline idiom): such a call "
+                        "is dropped with a warning unless a tool of that name is offered",
+                        "decline: [no_function]"),
     "template": _str("emulation template that asks for this format", "template: emulation/hermes.j2"),
     "notes": _str("free text"),
 }

@@ -38,6 +38,9 @@ CAPABILITY_FIELDS: dict[str, dict[str, Any]] = {
     "text_fallback": _bool("parse tool intent from plain text as a last resort"),
     "quirks": _strlist("named repairs applied when parsing this model's output",
                        "quirks: [trailing-commas]"),
+    "decline_calls": _strlist("tool names this model writes to mean \"no call\": read as no "
+                              "call, with a warning (unless a tool of that name is offered)",
+                              "decline_calls: [no_function]"),
 }
 
 _CAPABILITY_MAP = {"type": "dict", "schema": CAPABILITY_FIELDS,

@@ -142,7 +142,7 @@ CASES: list[tuple[str, str, tuple[int, ...], str | None, dict[str, Any]]] = [
     ("glm-4p7", "glm", (4, 7), "glm", {"context_window": 200000}),
     ("zai-org/GLM-4.5-Air", "glm", (4, 5), "glm", {"reasoning": True}),
     ("zai-org/GLM-5", "glm", (5,), "glm", {"native_tools": True}),
-    ("THUDM/glm-4-9b-chat", "glm", (4,), None, {"native_tools": False}),
+    ("THUDM/glm-4-9b-chat", "glm", (4,), "glm4", {"native_tools": True}),
     ("moonshotai/Kimi-K2-Instruct", "kimi", (2,), "kimi-k2", {"context_window": 131072}),
     ("moonshotai/Kimi-K2-Instruct-0905", "kimi", (2,), "kimi-k2", {"context_window": 262144}),
     ("moonshotai/Kimi-K2-Thinking", "kimi", (2,), "kimi-k2", {"reasoning": True}),

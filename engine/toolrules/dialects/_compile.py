@@ -81,6 +81,10 @@ class MarkerTable:
     def is_prefix(self, text: str) -> bool:
         return text in self.prefixes
 
+    def is_prefix_at(self, buf: str, i: int) -> bool:
+        """is_prefix(buf[i:]) without copying a long rest of the buffer."""
+        return len(buf) - i < self.maxlen and buf[i:] in self.prefixes
+
     def __bool__(self) -> bool:
         return bool(self.actions)
 

@@ -20,11 +20,12 @@ import json
 import re
 from typing import Any
 
-from ._jsonscan import unescape
+from ._jsonscan import MAX_DEPTH, NestingTooDeep, unescape
 
 __all__ = ["build_grammar", "parse_payload", "tree_to_value"]
 
 _PARSERS: dict[str, Any] = {}
+_NESTING = frozenset({"calls", "call", "object", "dict", "array", "list", "tuple"})
 
 
 def build_grammar(text: str, import_paths: list[str] | None = None) -> Any:
@@ -60,7 +61,9 @@ def _number(text: str) -> int | float:
         return float(text)
 
 
-def tree_to_value(node: Any) -> Any:
+def tree_to_value(node: Any, depth: int = 0) -> Any:
+    """The value of a parse tree. The scanner bounds a payload's bracket depth before
+    parsing (MAX_DEPTH); this bound only keeps the recursion finite whatever the input."""
     from lark import Token, Tree
 
     if isinstance(node, Token):
@@ -69,27 +72,31 @@ def tree_to_value(node: Any) -> Any:
         return node
     kind = node.data
     kids = node.children
+    if kind in _NESTING:
+        depth += 1
+        if depth > 2 * MAX_DEPTH:
+            raise NestingTooDeep(f"nested deeper than {MAX_DEPTH} brackets")
     if kind in ("start", "value"):
-        return tree_to_value(kids[0]) if kids else None
+        return tree_to_value(kids[0], depth) if kids else None
     if kind == "calls":
-        return [tree_to_value(k) for k in kids]
+        return [tree_to_value(k, depth) for k in kids]
     if kind == "call":
-        name = tree_to_value(kids[0]).strip()
+        name = tree_to_value(kids[0], depth).strip()
         args: dict[str, Any] = {}
         for k in kids[1:]:
             if isinstance(k, Tree) and k.data == "kwarg":
-                key, value = tree_to_value(k)
+                key, value = tree_to_value(k, depth)
                 args[key] = value
             else:
                 raise ValueError("positional arguments are not tool arguments")
         return (name, args)
     if kind in ("kwarg", "pair"):
-        key = tree_to_value(kids[0])  # a quoted key keeps its spaces; bare keys are trimmed
-        return (key if isinstance(key, str) else json.dumps(key), tree_to_value(kids[1]))
+        key = tree_to_value(kids[0], depth)  # a quoted key keeps its spaces, bare ones trimmed
+        return (key if isinstance(key, str) else json.dumps(key), tree_to_value(kids[1], depth))
     if kind in ("object", "dict"):
-        return dict(tree_to_value(k) for k in kids)
+        return dict(tree_to_value(k, depth) for k in kids)
     if kind in ("array", "list", "tuple"):
-        return [tree_to_value(k) for k in kids]
+        return [tree_to_value(k, depth) for k in kids]
     if kind == "string":
         return _unquote(str(kids[0]))
     if kind == "rawstring":

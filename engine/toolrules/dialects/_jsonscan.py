@@ -7,6 +7,10 @@ looking at a character twice. Markers inside strings are data; markers outside s
 
 `repair_json` rebuilds strict JSON from common model mistakes, but only with the
 repairs a dialect allows, and names each repair it used.
+
+Nesting is bounded: a value nested deeper than `MAX_DEPTH` brackets is malformed input
+(`NestingTooDeep`), found by a linear, string-aware pre-scan before any decoder (the
+C JSON decoder, the repair tokenizer, a grammar) could recurse into it.
 """
 
 from __future__ import annotations
@@ -15,8 +19,15 @@ import json
 import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
-__all__ = ["Balanced", "BalancedSpec", "RepairFailed", "loads_strict", "repair_json", "unescape"]
+__all__ = ["MAX_DEPTH", "Balanced", "BalancedSpec", "NestingTooDeep", "RepairFailed", "loads",
+           "loads_strict", "repair_json", "too_deep", "unescape"]
+
+MAX_DEPTH = 64
+"""The deepest bracket nesting a value read from model output may have. Real arguments
+nest a few levels; thousands of brackets are hostile input that would make a recursive
+decoder (and every consumer after it) run out of stack."""
 
 _OPENERS = {"{": "}", "[": "]", "(": ")"}
 _CLOSERS = {"}", "]", ")"}
@@ -61,7 +72,8 @@ class Balanced:
 
     `scan(buf, pos, final)` returns (new_pos, status): "more" (need input), "done"
     (value closed at new_pos), "stop" (a stop marker begins at new_pos, outside any
-    string, before the value closed), or "bad" (the text does not start a value).
+    string, before the value closed), "bad" (the text does not start a value), or "deep"
+    (the bracket that opens level MAX_DEPTH + 1 ends at new_pos).
     """
 
     __slots__ = ("bracketed", "depth", "item_end", "quote", "spec", "started")
@@ -120,6 +132,8 @@ class Balanced:
             elif tok in _OPENERS:
                 self.depth += 1
                 pos = m.end()
+                if self.depth > MAX_DEPTH:
+                    return pos, "deep"
             elif tok in _CLOSERS:
                 pos = m.end()
                 if self.depth == 0:  # unbracketed text: a stray closer is just text
@@ -138,6 +152,58 @@ class Balanced:
 
 class RepairFailed(ValueError):
     """The text is not JSON and the allowed repairs cannot make it JSON."""
+
+
+class NestingTooDeep(RepairFailed):
+    """The value nests brackets deeper than MAX_DEPTH: malformed input, never decoded."""
+
+
+# runs of brackets (a run counts at once) and string openers, outside strings
+_DEPTH_TOKEN = re.compile(r"""[\[{]+|[\]}]+|["']""")
+_STRING_REST = {'"': re.compile(r'[^"\\]*+(?:\\.[^"\\]*+)*+"', re.S),
+                "'": re.compile(r"[^'\\]*+(?:\\.[^'\\]*+)*+'", re.S)}
+
+
+def too_deep(text: str, start: int = 0, end: int | None = None, limit: int = MAX_DEPTH) -> bool:
+    """Whether JSON-like `text[start:end]` nests `[`/`{` deeper than `limit` outside
+    strings ("..." and '...'). Linear: a count in C first, then one pass over bracket runs
+    and whole strings only when there are enough brackets to be too deep."""
+    if end is None:
+        end = len(text)
+    if text.count("[", start, end) + text.count("{", start, end) <= limit:
+        return False
+    depth = 0
+    pos = start
+    search = _DEPTH_TOKEN.search
+    while True:
+        m = search(text, pos, end)
+        if m is None:
+            return False
+        tok = m.group()
+        c = tok[0]
+        if c == "[" or c == "{":
+            depth += len(tok)
+            if depth > limit:
+                return True
+            pos = m.end()
+        elif c == "]" or c == "}":
+            depth = max(0, depth - len(tok))
+            pos = m.end()
+        else:
+            q = _STRING_REST[c].match(text, m.end(), end)
+            if q is None:  # a string that never closes: nothing after it is structure
+                return False
+            pos = q.end()
+
+
+def loads(text: str) -> Any:
+    """json.loads for model text, bounded: NestingTooDeep past MAX_DEPTH."""
+    if too_deep(text):
+        raise NestingTooDeep(f"nested deeper than {MAX_DEPTH} brackets")
+    try:
+        return json.loads(text)
+    except RecursionError:  # only if the caller's own stack is nearly exhausted
+        raise NestingTooDeep("nested too deep for the stack") from None
 
 
 _TOKEN = re.compile(r"""
@@ -190,8 +256,12 @@ def _sq_to_json(token: str) -> str:
 
 
 def loads_strict(text: str) -> object:
-    """json.loads that refuses NaN/Infinity (not JSON) - model output must be real JSON."""
-    return json.loads(text, parse_constant=_no_constant)
+    """json.loads that refuses NaN/Infinity (not JSON) - model output must be real JSON.
+    The caller bounds the depth first (`too_deep`)."""
+    try:
+        return json.loads(text, parse_constant=_no_constant)
+    except RecursionError:
+        raise NestingTooDeep("nested too deep for the stack") from None
 
 
 def _no_constant(name: str) -> object:
@@ -204,8 +274,10 @@ def repair_json(text: str, allowed: frozenset[str] | set[str],
 
     Repairs: trailing-commas, single-quotes, unquoted-keys, python-literals,
     markdown-escapes (``\\_`` in a string reads ``_``), and missing-final-brace (only when
-    the payload was cut by a call's end marker).
+    the payload was cut by a call's end marker). NestingTooDeep past MAX_DEPTH.
     """
+    if too_deep(text):
+        raise NestingTooDeep(f"nested deeper than {MAX_DEPTH} brackets")
     try:
         return loads_strict(text), ()
     except ValueError:

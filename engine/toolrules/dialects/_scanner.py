@@ -20,14 +20,17 @@ from typing import Any
 
 from .._types import StreamChunk, StreamChunkType, ToolCall
 from ._compile import CallDef, Dialect, MarkerTable, Region
-from ._jsonscan import Balanced, RepairFailed, repair_json
-from ._values import type_value
+from ._jsonscan import Balanced, NestingTooDeep, RepairFailed, loads, repair_json, too_deep
+from ._values import read_value
 
 __all__ = ["Machine", "Sink"]
 
 _WS = " \t\r\n"
 _WS_RUN = re.compile(r"[ \t\r\n]*")
 _DECODER = json.JSONDecoder()
+# A call header (or a parameter key) holds at most this many characters; past it the call
+# is malformed at exactly that position, in both modes (the decision never depends on
+# how the text was split into deltas).
 _MAX_HEADER = 4096
 _MAX_HEAD = 256  # payload `head` (a function name before its bracket)
 _ID_PREFIX = secrets.token_hex(5)  # unique per process; the counter makes ids unique in it
@@ -35,6 +38,7 @@ _ID_COUNTER = itertools.count(1)
 _PROBE_CHARS = 512
 _NAME_PROBE = re.compile(r'"([A-Za-z_]+)"\s*:\s*"([^"\\]{1,128})"')
 _KEY_REPAIRS = {"function": "function-key", "args": "args-key", "parameters": "parameters-key"}
+_TOO_DEEP = "nesting-too-deep"  # a value nested past MAX_DEPTH: the call is kept as text
 
 _TEXT = StreamChunkType.TEXT
 _REASONING = StreamChunkType.REASONING
@@ -188,7 +192,9 @@ class _CallRun:
         "c",
         "call_id",
         "confirming",
+        "deep",
         "header",
+        "hlen",
         "item_end",
         "key",
         "key_type",
@@ -239,6 +245,8 @@ class _CallRun:
         self.mark = -1         # len(raw) after the last complete value (payload `rest: text`)
         self.start_index = -1  # anchored: which of the region's start shapes this is
         self.newline = False   # a newline was skipped after the last value
+        self.deep = False      # malformed because a value nested past MAX_DEPTH
+        self.hlen = 0          # characters in `header`
         if c.header is not None:
             self.phase = "header"
         elif c.payload.kind == "params":
@@ -507,22 +515,25 @@ class Machine:
             return False
         try:
             value, end = _DECODER.raw_decode(buf, start)
-        except ValueError:
+        except (ValueError, RecursionError):
             return False
         m = c.close_table.regex.match(buf, _WS_RUN.match(buf, end).end())
-        if m is None:
+        if m is None or too_deep(buf, start, end):
             return False
         repairs: list[str] = []
-        if type(value) is dict:
-            built = self._one(c.payload, None, None, value, repairs)
-            if built is None:
+        try:
+            if type(value) is dict:
+                built = self._one(c.payload, None, None, value, repairs)
+                if built is None:
+                    return False
+                calls = [built]
+            elif type(value) is list and c.payload.array:
+                calls = [self._one(c.payload, None, None, v, repairs) for v in value]
+                if not calls or None in calls:
+                    return False
+            else:
                 return False
-            calls = [built]
-        elif type(value) is list and c.payload.array:
-            calls = [self._one(c.payload, None, None, v, repairs) for v in value]
-            if not calls or None in calls:
-                return False
-        else:
+        except NestingTooDeep:
             return False
         # the raw text only matters if these calls may still turn out to be text
         raw = marker + buf[self.pos:m.end()] if self.sink.deferred is not None else ""
@@ -582,29 +593,30 @@ class Machine:
                 run.phase = "payload"
                 return True
         if not run.header:
-            i = pos
-            while i < n and buf[i] in _WS:
-                i += 1
+            i = _WS_RUN.match(buf, pos).end()
             if i > pos:
                 self._consume(run, i)
                 pos = i
             if i >= n:
                 return False
         m = h.ends.search(buf, pos, final)
+        # how far the header is known to run, and where it would pass _MAX_HEADER
+        known = m.start() if m is not None else (n if final else n - h.ends.holdback(buf, pos))
+        limit = pos + _MAX_HEADER - run.hlen
         if h.foreign is not None:  # a character no header holds: this is no call
-            stop = m.start() if m is not None else (n if final else n - h.ends.holdback(buf, pos))
-            fm = h.foreign.search(buf, pos, stop)
+            fm = h.foreign.search(buf, pos, min(known, limit))
             if fm is not None:
                 run.header.append(self._consume(run, fm.start()))
                 self._malformed(run, "call-header-not-recognized")
                 return True
-        if m is None:
-            end = n if final else n - h.ends.holdback(buf, pos)
-            if end > pos:
-                run.header.append(self._consume(run, end))
-            if sum(map(len, run.header)) > _MAX_HEADER:
+        if m is None or known > limit:
+            if known > limit:
+                run.header.append(self._consume(run, limit))
                 self._malformed(run, "call-header-too-long")
                 return True
+            if known > pos:
+                run.header.append(self._consume(run, known))
+                run.hlen += known - pos
             return False
         run.header.append(self._consume(run, m.start()))
         if h.ends.actions[m.group()] == "until":
@@ -681,10 +693,10 @@ class Machine:
             if final and p.kind == "json":  # whole text at hand: let the C decoder find the end
                 try:
                     value, end = _DECODER.raw_decode(buf, i)
-                except ValueError:
+                except (ValueError, RecursionError):
                     pass
                 else:
-                    if isinstance(value, (dict, list)):
+                    if isinstance(value, (dict, list)) and not too_deep(buf, i, end):
                         self._consume(run, end)
                         run.values.append(value)
                         run.mark = len(run.raw)
@@ -714,6 +726,9 @@ class Machine:
         if status == "bad":
             self._malformed(run, "payload-not-recognized")
             return True
+        if status == "deep":
+            self._malformed(run, _TOO_DEEP)
+            return True
         return self._payload_done(run, at_marker=(status == "stop"))
 
     def _payload_done(self, run: _CallRun, at_marker: bool) -> bool:
@@ -726,12 +741,18 @@ class Machine:
 
             try:
                 value = parse_payload(self.d, p.grammar, text)
+            except NestingTooDeep:
+                self._malformed(run, _TOO_DEEP)
+                return True
             except ValueError:
                 self._malformed(run, "payload-grammar-mismatch")
                 return True
         else:
             try:
                 value, used = repair_json(text, self.allowed, at_end_marker=at_marker)
+            except NestingTooDeep:
+                self._malformed(run, _TOO_DEEP)
+                return True
             except RepairFailed:
                 self._malformed(run, "payload-not-json")
                 return True
@@ -783,6 +804,17 @@ class Machine:
         run.phase = "close"
         return True
 
+    def _give_back(self, text: str) -> None:
+        """Make `text` (just consumed) the next thing read. It usually still stands right
+        before `pos`: stepping back is free, where copying the rest of a whole-text
+        buffer on every give-back would make many of them quadratic."""
+        k = len(text)
+        if k <= self.pos and self.buf.startswith(text, self.pos - k):
+            self.pos -= k
+        else:
+            self.buf = text + self.buf[self.pos:]
+            self.pos = 0
+
     def _rewind(self, run: _CallRun) -> bool:
         """Payload `rest: text`: what follows the last complete value is not a value. Give
         it back to the scanner as text; the complete values are the calls."""
@@ -790,8 +822,7 @@ class Machine:
             return False
         tail = "".join(run.raw[run.mark:])
         del run.raw[run.mark:]
-        self.buf = tail + self.buf[self.pos:]
-        self.pos = 0
+        self._give_back(tail)
         run.payload = []
         run.plen = 0
         run.bal = None
@@ -816,8 +847,7 @@ class Machine:
             self._consume(run, m.end())
             self._finish_call(run)
             return True
-        rest = buf[i:]
-        if not final and c.close_table.is_prefix(rest):
+        if not final and c.close_table.is_prefix_at(buf, i):
             return False
         # not our close marker: fine if a marker of the region we return to follows
         # (the close was omitted, e.g. the next call starts), otherwise malformed
@@ -825,7 +855,7 @@ class Machine:
         if exits.match(buf, i, final) is not None:
             self._finish_call(run)
             return True
-        if not final and exits.is_prefix(rest):
+        if not final and exits.is_prefix_at(buf, i):
             return False
         run.phase = "skip"
         return True
@@ -869,7 +899,11 @@ class Machine:
                         kept.append(value)
             if kept:
                 run.values = kept
-                for name, args, call_id, repairs in self._build(run) or ():
+                try:
+                    built = self._build(run) or ()
+                except NestingTooDeep:
+                    built = ()
+                for name, args, call_id, repairs in built:
                     self.sink.call(name, args, call_id, "".join(run.raw), repairs)
             self.sink.warn("truncated-call-dropped")
             return
@@ -886,14 +920,15 @@ class Machine:
         first = text.lstrip(_WS)[:1]
         if not first or not any(c.starts_with(first) for c in shapes[k:]):
             return False
-        self.buf = text + self.buf[self.pos:]
-        self.pos = 0
+        self._give_back(text)
         self.call = None
         self.region = run.ret
         self.start_skip = k
         return True
 
     def _malformed(self, run: _CallRun, why: str) -> None:
+        if why == _TOO_DEEP:
+            run.deep = True
         if self._rewind(run):
             return
         if run.c.close and not run.anchored and run.phase != "skip":
@@ -913,7 +948,9 @@ class Machine:
         self.sink.text(kind, raw)
         if kind == "content" and raw.strip(_WS):
             self.start_ok = False
-        if not run.anchored:
+        if run.deep or why == _TOO_DEEP:  # said even at the start: it is hostile, not prose
+            self.sink.warn(f"{_TOO_DEEP}-kept-as-text")
+        elif not run.anchored:
             self.sink.warn(f"{why}-kept-as-text")
 
     # -------------------------------------------------- tagged parameters
@@ -948,24 +985,29 @@ class Machine:
                     self._consume(run, i + len(m_open))
                     run.key = ""
                     run.header = []
+                    run.hlen = 0
                     return True
-            rest = buf[i:]
-            if not final and (any(o.startswith(rest) for o in pd.open) or
-                              run.c.close_table.is_prefix(rest) or
-                              (run.c.payload.suffix or "\0").startswith(rest)):
+            if not final and (any(_starts(o, buf, i) for o in pd.open) or
+                              run.c.close_table.is_prefix_at(buf, i) or
+                              _starts(run.c.payload.suffix or "\0", buf, i)):
                 return False
             self._malformed(run, "params-unexpected-text")
             return True
         if run.value_end is None:
             # reading the key part up to key_until, then an optional value-open marker
             if run.key == "":
-                m = pd.key_until.search(buf, self.pos, final)
-                if m is None:
-                    end = n if final else n - pd.key_until.holdback(buf, self.pos)
-                    run.header.append(self._consume(run, end))
-                    if sum(map(len, run.header)) > _MAX_HEADER:
+                pos = self.pos
+                m = pd.key_until.search(buf, pos, final)
+                known = m.start() if m is not None else (
+                    n if final else n - pd.key_until.holdback(buf, pos))
+                limit = pos + _MAX_HEADER - run.hlen  # the same bound as a call header
+                if m is None or known > limit:
+                    if known > limit:
+                        run.header.append(self._consume(run, limit))
                         self._malformed(run, "param-key-too-long")
                         return True
+                    run.header.append(self._consume(run, known))
+                    run.hlen += known - pos
                     return False
                 run.header.append(self._consume(run, m.start()))
                 self._consume(run, m.end())
@@ -994,7 +1036,7 @@ class Machine:
                         self._consume(run, i + len(vo))
                         break
                 else:
-                    if not final and any(vo.startswith(buf[i:]) for vo in pd.value_open):
+                    if not final and any(_starts(vo, buf, i) for vo in pd.value_open):
                         return False
                     self._malformed(run, "param-value-missing")
                     return True
@@ -1013,7 +1055,7 @@ class Machine:
             if i >= n and not final:
                 return False
             if i < n and pd.confirm.match(buf, i, final) is None:
-                if not final and pd.confirm.is_prefix(buf[i:]):
+                if not final and pd.confirm.is_prefix_at(buf, i):
                     return False
                 run.value.extend(run.confirming)  # it was text inside the value
                 run.confirming = None
@@ -1058,7 +1100,11 @@ class Machine:
     def _finish_call(self, run: _CallRun) -> None:
         self.call = None
         self.region = run.ret
-        calls = self._build(run)
+        try:
+            calls = self._build(run)
+        except NestingTooDeep:
+            self._passthrough(run, _TOO_DEEP)
+            return
         if calls is None:
             self._passthrough(run, "payload-not-a-call")
             return
@@ -1078,7 +1124,7 @@ class Machine:
                 declared = p.param.types.get(declared_attr) if declared_attr is not None else None
                 if declared_attr is not None and declared is None and p.param.types:
                     declared = "json"
-                args[key] = type_value(raw, schema.get(key), declared)
+                args[key] = read_value(raw, schema.get(key), declared)
             return self._escapes([(run.name, args, run.call_id, repairs)])
         out = []
         wrapped = p.fields["calls"] if p.fields is not None else ()
@@ -1160,7 +1206,9 @@ class Machine:
             if "arguments-json-string" not in self.allowed:
                 return None
             try:
-                args = json.loads(args)
+                args = loads(args)
+            except NestingTooDeep:
+                raise
             except ValueError:
                 return None
             repairs.append("arguments-json-string")
@@ -1205,6 +1253,11 @@ def _properties(params: Any) -> dict[str, Any]:
         if isinstance(props, dict):
             return props
     return {}
+
+
+def _starts(literal: str, buf: str, i: int) -> bool:
+    """literal.startswith(buf[i:]) without copying a long rest of the buffer."""
+    return len(buf) - i <= len(literal) and literal.startswith(buf[i:i + len(literal)])
 
 
 def _unescape(text: str, how: str | None) -> str:

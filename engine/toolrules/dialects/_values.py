@@ -14,8 +14,9 @@ import json
 from typing import Any
 
 from .._jsonutil import json_type
+from ._jsonscan import MAX_DEPTH, NestingTooDeep, RepairFailed, repair_json, too_deep
 
-__all__ = ["schema_types", "type_value"]
+__all__ = ["read_value", "schema_types", "type_value"]
 
 _PY = {"True": True, "False": False, "None": None}
 _JSON_TYPES = ("string", "integer", "number", "boolean", "null", "array", "object")
@@ -54,18 +55,24 @@ _PY_REPAIRS = frozenset({"single-quotes", "python-literals", "trailing-commas"})
 
 
 def _read(raw: str) -> tuple[bool, Any]:
+    """(True, value) when `raw` reads as JSON or a Python literal; NestingTooDeep when it
+    nests past MAX_DEPTH (checked before any decoder runs)."""
     text = raw.strip()
     if text in _PY:
         return True, _PY[text]
+    if too_deep(text):
+        raise NestingTooDeep(f"nested deeper than {MAX_DEPTH} brackets")
     try:
         return True, json.loads(text)
+    except RecursionError:  # only when the caller's own stack is nearly exhausted
+        raise NestingTooDeep("nested too deep for the stack") from None
     except ValueError:
         pass
     if text[:1] in "[{":  # a Python literal list/dict: ['a', True] reads as ["a", true]
-        from ._jsonscan import RepairFailed, repair_json
-
         try:
             return True, repair_json(text, _PY_REPAIRS)[0]
+        except NestingTooDeep:
+            raise
         except RepairFailed:
             pass
     return False, None
@@ -79,7 +86,17 @@ def _fits(value: Any, types: set[str]) -> bool:
 
 
 def type_value(raw: str, schema: Any = None, declared: str | None = None) -> Any:
-    """The typed value of `raw` given a declared type ('string'/'json'/JSON type) or schema."""
+    """The typed value of `raw` given a declared type ('string'/'json'/JSON type) or schema.
+    Text nested past MAX_DEPTH cannot be read: it stays the raw string."""
+    try:
+        return read_value(raw, schema, declared)
+    except NestingTooDeep:
+        return raw
+
+
+def read_value(raw: str, schema: Any = None, declared: str | None = None) -> Any:
+    """type_value, but NestingTooDeep when the text would be decoded and nests past
+    MAX_DEPTH (the scanner then keeps the whole call as text)."""
     if declared is not None:
         if declared == "string":
             return raw

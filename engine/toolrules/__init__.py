@@ -66,6 +66,14 @@ from .calls._tool_errors import ToolError, ToolErrorCode, get_retry_strategy, sh
 from .calls._validation import ToolEnvelope, ValidationError, ValidationResult
 from .emulation._part import build_emulation_prompt
 from .emulation._rules import EmulationPrompt, EmulationStyle
+from .runtime import (
+    Policy,
+    ToolContext,
+    ToolExecutor,
+    ToolFailure,
+    ToolRegistry,
+    builtin_tools,
+)
 
 __all__ = [
     "CallCheck",
@@ -80,6 +88,7 @@ __all__ = [
     "ModelSpec",
     "ParseError",
     "ParsedResponse",
+    "Policy",
     "Problem",
     "ResponseFormat",
     "RuleError",
@@ -89,10 +98,14 @@ __all__ = [
     "Tool",
     "ToolCall",
     "ToolClassification",
+    "ToolContext",
     "ToolDescriptionQuality",
     "ToolEnvelope",
     "ToolError",
     "ToolErrorCode",
+    "ToolExecutor",
+    "ToolFailure",
+    "ToolRegistry",
     "ToolResult",
     "ToolResultConfig",
     "ToolrulesError",
@@ -104,6 +117,7 @@ __all__ = [
     "audit_tool_description",
     "audit_tool_set",
     "build_emulation_prompt",
+    "builtin_tools",
     "classify_tool",
     "dispatch_tool_call",
     "enhance_tool_description",

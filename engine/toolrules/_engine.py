@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from ._errors import Problem, RuleError
 from ._types import Capability, Message, ModelSpec, ParsedResponse, Tool, ToolCall
 from .calls._part import CallsPart
+from .calls._policy import check_rules as _check_policies
 from .dialects._compile import check_rules as _check_dialects
 from .dialects._parser import MAX_TEXT_CHARS, DialectsPart
 from .emulation._part import EmulationPart
@@ -45,7 +46,8 @@ T = TypeVar("T")
 
 # Every concern's cross-checks between rule files, in the order lint reports them.
 CROSS_CHECKS: tuple[CrossCheck, ...] = (
-    _check_models, _check_providers, _check_dialects, _check_tables, _check_emulation)
+    _check_models, _check_providers, _check_dialects, _check_tables, _check_emulation,
+    _check_policies)
 
 
 def lint_rules(rs: RuleSet, thorough: bool = True) -> list[Problem]:

@@ -9,7 +9,10 @@ from __future__ import annotations
 import json
 from dataclasses import MISSING, dataclass, field, fields
 from enum import StrEnum
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from .calls._tool_errors import ToolError
 
 __all__ = [
     "Capability",
@@ -66,12 +69,18 @@ class ToolCall:
 
 @dataclass(frozen=True, slots=True)
 class ToolResult:
-    """The outcome of executing a call: `output` on success, `error` text on failure."""
+    """The outcome of executing a call: `output` on success, `error` text on failure.
+
+    `tool_error` is the structured failure (code, recoverable, suggested fix; its
+    ``details["error"]`` is the envelope code such as PERMISSION_DENIED) when an executor
+    produced the result; `error` stays its message text.
+    """
 
     call_id: str | None
     name: str
     output: Any = None
     error: str | None = None
+    tool_error: ToolError | None = None
 
     @property
     def ok(self) -> bool:

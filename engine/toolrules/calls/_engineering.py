@@ -230,10 +230,14 @@ def classify_tool(tool: Any, *, engine: Any = None) -> ToolClassification:
 
 
 def plan_parallel_execution(tool_calls: Any, tools: Any, allow_parallel: bool = True, *,
-                            engine: Any = None) -> ExecutionPlan:
+                            engine: Any = None,
+                            classes: Mapping[str, str] | None = None) -> ExecutionPlan:
     """Batch consecutive read-only calls; every other call runs alone, in the given order.
 
     [read_a, read_b, write_c, read_d, read_e] -> [(read_a, read_b), (write_c,), (read_d, read_e)]
+
+    `classes` (tool name -> read | write) beats the rules' classification, for tools whose
+    owner declared it (a registry's `kind=`).
     """
     from ._validation import as_tool_call, tool_index
 
@@ -247,7 +251,12 @@ def plan_parallel_execution(tool_calls: Any, tools: Any, allow_parallel: bool = 
     batches: list[tuple[ToolCall, ...]] = []
     reads: list[ToolCall] = []
     for call in calls:
-        if rules.parallel_safe(index.get(call.name)):
+        declared = (classes or {}).get(call.name)
+        if declared is not None:
+            safe = ToolClassification(declared) is ToolClassification.READ
+        else:
+            safe = rules.parallel_safe(index.get(call.name))
+        if safe:
             reads.append(call)
             continue
         if reads:

@@ -5,6 +5,8 @@ A *layer* is a directory laid out like the bundled `rules/`:
     <layer>/models/*.yaml      model families          (kind "model")
     <layer>/providers/*.yaml   provider wire formats    (kind "provider")
     <layer>/dialects/*.yaml    raw-text call formats    (kind "dialect")
+    <layer>/policies/*.yaml    execution policies       (kind "policy")
+    <layer>/tools/*.yaml       tool definitions         (kind "toolset")
     <layer>/*.yaml             cross-cutting tables     (kind "table", id = file stem)
     <layer>/templates/**       Jinja templates          (bundled: the repo's templates/)
     <layer>/grammars/*.lark    Lark grammars            (bundled: the repo's grammars/)
@@ -29,7 +31,8 @@ from ._yaml import YamlProblem, load_yaml, plain
 
 __all__ = ["Asset", "Layer", "RuleFile", "RuleSet", "bundled_layer", "discover", "layers_for"]
 
-KIND_DIRS = {"models": "model", "providers": "provider", "dialects": "dialect"}
+KIND_DIRS = {"models": "model", "providers": "provider", "dialects": "dialect",
+             "policies": "policy", "tools": "toolset"}
 MAX_RULE_FILE_BYTES = 1 << 20
 
 

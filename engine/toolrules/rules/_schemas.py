@@ -6,12 +6,19 @@ from __future__ import annotations
 
 from typing import Any
 
-from . import _schemas_dialects, _schemas_models, _schemas_providers, _schemas_tables
+from . import (
+    _schemas_dialects,
+    _schemas_models,
+    _schemas_providers,
+    _schemas_runtime,
+    _schemas_tables,
+)
 from ._schemas_models import CAPABILITY_FIELDS
 
 __all__ = ["CAPABILITY_FIELDS", "KIND_SCHEMAS", "TABLE_SCHEMAS", "all_table_schemas", "schema_for"]
 
-_MODULES = (_schemas_models, _schemas_providers, _schemas_dialects, _schemas_tables)
+_MODULES = (_schemas_models, _schemas_providers, _schemas_dialects, _schemas_tables,
+            _schemas_runtime)
 
 KIND_SCHEMAS: dict[str, dict[str, Any]] = {}
 TABLE_SCHEMAS: dict[str, dict[str, Any]] = {}

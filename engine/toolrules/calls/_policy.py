@@ -364,7 +364,8 @@ def path_like_arguments(args: Iterable[str]) -> list[str]:
 
 
 def _unquoted(text: str, chars: str) -> str | None:
-    """The first of `chars` outside quotes (a newline anywhere counts), or None."""
+    """The first of `chars` outside quotes, or None. As in a shell, `$` and a backtick
+    still count inside double quotes, and a newline counts anywhere."""
     quote: str | None = None
     escaped = False
     for ch in text:
@@ -379,6 +380,8 @@ def _unquoted(text: str, chars: str) -> str | None:
         if quote:
             if ch == quote:
                 quote = None
+            elif quote == '"' and ch in "$`" and ch in chars:
+                return ch
             continue
         if ch in "'\"":
             quote = ch

@@ -238,13 +238,16 @@ class ToolExecutor:
         masked = self._mask(entry, origin)
         if masked is not None:
             return self._refuse_out(name, call_id, "TOOL_NOT_ALLOWED", masked[1],
-                                    rule=masked[0], arguments=args)
+                                    rule=masked[0], arguments=args,
+                                    fix=self._offer_fix())
         level = self.level_of(entry)
         if not self.policy.within_trust(level, self.trust):
             return self._refuse_out(
                 name, call_id, "TRUST_TOO_LOW",
                 f"{name} needs trust level {level!r}; this session has {self.trust!r}",
-                rule=f"levels: {level}", arguments=args, level=level)
+                rule=f"levels: {level}", arguments=args, level=level,
+                fix=f"Do not retry {name}: it needs a higher trust level than this session "
+                    f"has. {self._offer_fix()}")
         limit = self.policy.max_args_bytes
         size = _arguments_size(call, args)
         if limit is not None and size > limit:
@@ -378,6 +381,10 @@ class ToolExecutor:
         except Exception as exc:
             return f"the confirm hook failed: {type(exc).__name__}: {exc}"
         return None if answer is True else "the confirmation was declined"
+
+    def _offer_fix(self) -> str:
+        names = [t.name for t in self.visible_tools()]
+        return f"Use one of the available tools: {', '.join(names) or '(none)'}."
 
     def _unknown(self, call_id: str | None, name: str, args: Any) -> _Outcome:
         visible = [t.name for t in self.visible_tools()]

@@ -16,3 +16,13 @@ def engine():
     import toolrules
 
     return toolrules.load(use_env=False, cache=False)
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption("--slow", action="store_true", default=False,
+                     help="long property runs (same as TOOLRULES_SLOW=1)")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    if config.getoption("--slow", default=False):
+        os.environ["TOOLRULES_SLOW"] = "1"

@@ -28,9 +28,16 @@ def _count(ctx: ToolContext, data: bytes) -> None:
     ctx.stats["bytes_written"] = ctx.stats.get("bytes_written", 0) + len(data)
 
 
-def read_file(ctx: ToolContext, path: str) -> str:
-    data = ctx.require_jail().read_bytes(path, ctx.policy.max_read_bytes)
-    return data.decode("utf-8", "replace")
+def read_file(ctx: ToolContext, path: str, start_line: int | None = None,
+              max_lines: int | None = None) -> str:
+    text = ctx.require_jail().read_bytes(path, ctx.policy.max_read_bytes).decode(
+        "utf-8", "replace")
+    if start_line is None and max_lines is None:
+        return text
+    lines = text.splitlines(keepends=True)
+    first = max(1, start_line or 1) - 1
+    last = len(lines) if max_lines is None else first + max_lines
+    return "".join(lines[first:last])
 
 
 def write_file(ctx: ToolContext, path: str, content: str) -> str:

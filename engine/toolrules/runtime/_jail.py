@@ -37,6 +37,16 @@ _DIR_FLAGS = os.O_RDONLY | _O_DIRECTORY | _O_NOFOLLOW | _O_CLOEXEC
 MAX_SYMLINK_HOPS = 40
 
 
+def _readlink(name: str, dir_fd: int) -> str | None:
+    """The symlink's target, or None when it is no longer a symlink."""
+    try:
+        return os.readlink(name, dir_fd=dir_fd)
+    except OSError as exc:
+        if exc.errno in (errno.EINVAL, errno.ENOENT):
+            return None
+        raise
+
+
 def _refuse(rule: str, message: str, **details: object) -> PolicyRefusal:
     return PolicyRefusal("PERMISSION_DENIED", rule, message, **details)
 
@@ -109,8 +119,9 @@ class Jail:
                         return fd, comp, (*done, comp)
                     if not stat.S_ISLNK(st.st_mode):
                         return fd, comp, (*done, comp)
-                    target = os.readlink(comp, dir_fd=fd)
-                    pending = list(self._link_target(done, comp, target))
+                    target = _readlink(comp, fd)
+                    if target is not None:
+                        pending = list(self._link_target(done, comp, target))
                 else:
                     nfd = self._open_child(fd, comp, done, create_dirs)
                     if nfd >= 0:
@@ -118,12 +129,18 @@ class Jail:
                         fd = nfd
                         done.append(comp)
                         continue
-                    target = os.readlink(comp, dir_fd=fd)
-                    pending = [*self._link_target(done, comp, target), *pending]
-                # a symlink: start again from the root with its target
+                    target = _readlink(comp, fd) if nfd == -1 else None
+                    if target is not None:
+                        pending = [*self._link_target(done, comp, target), *pending]
                 hops += 1
                 if hops > MAX_SYMLINK_HOPS:
-                    raise _refuse("jail.symlink", "too many levels of symlinks")
+                    raise _refuse("jail.symlink", "too many levels of symlinks (or a path "
+                                  "that keeps changing)")
+                if target is None:
+                    # The entry changed between two looks at it (a race): look again.
+                    pending.insert(0, comp)
+                    continue
+                # a symlink: start again from the root with its target
                 os.close(fd)
                 fd = self._open_root()
                 done = []
@@ -134,7 +151,8 @@ class Jail:
 
     @staticmethod
     def _open_child(fd: int, comp: str, done: list[str], create: bool) -> int:
-        """A descriptor of directory `comp` under `fd`, or -1 when it is a symlink."""
+        """A descriptor of directory `comp` under `fd`; -1 when it is a symlink, -2 when it
+        changed while we looked."""
         try:
             return os.open(comp, _DIR_FLAGS, dir_fd=fd)
         except FileNotFoundError:
@@ -144,9 +162,14 @@ class Jail:
         except OSError as exc:
             if exc.errno not in (errno.ELOOP, errno.ENOTDIR, errno.EMLINK):
                 raise
-            st = os.stat(comp, dir_fd=fd, follow_symlinks=False)
+            try:
+                st = os.stat(comp, dir_fd=fd, follow_symlinks=False)
+            except FileNotFoundError:
+                return -2  # gone again: look again
             if stat.S_ISLNK(st.st_mode):
                 return -1
+            if exc.errno == errno.ELOOP:
+                return -2  # was a symlink a moment ago
             raise NotADirectoryError(errno.ENOTDIR, "not a directory",
                                      "/".join([*done, comp])) from None
         # Created concurrently? The open below decides what it is.
@@ -318,7 +341,10 @@ class Jail:
             is_dir = stat.S_ISDIR(st.st_mode)
             if stat.S_ISLNK(st.st_mode):
                 try:
-                    target = self._link_target(where, e.name, os.readlink(e.name, dir_fd=dfd))
+                    link = _readlink(e.name, dfd)
+                    if link is None:
+                        continue
+                    target = self._link_target(where, e.name, link)
                     tfd, tname, _ = self.resolve(target)
                 except (PolicyRefusal, OSError):
                     continue  # outside the jail, blocked or broken: not listed

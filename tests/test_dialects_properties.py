@@ -8,6 +8,7 @@ never raise anything but ParseError, for every dialect.
 from __future__ import annotations
 
 import json
+import random
 
 import pytest
 import yaml
@@ -126,3 +127,159 @@ def test_streaming_holds_back_only_a_possible_marker(engine, dialect):
             worst = max(worst, len(st._m.buf))
         st.close()
         assert worst <= bound, (dialect, text[:40], worst, bound)
+
+
+# ---------------------------------------------------------------- hostile shapes
+
+DIALECTS = sorted(p.name.removesuffix(".yaml") for p in (REPO / "rules" / "dialects").glob("*.yaml"))
+CASES = REPO / "golden" / "dialects"
+
+
+def _hostile(engine, dialect):
+    from toolrules.bench._hostile import hostile_shapes
+
+    # arguments of 200 KB, runs of 20,000 spaces/markers/header characters, 5,000 brackets;
+    # one-token-per-character values smaller (a grammar payload reads them slowly)
+    return hostile_shapes(engine, dialect, CASES, big=200_000, run=20_000, depth=5_000,
+                          dense=20_000)
+
+
+def _random_deltas(text, seed, most):
+    rng = random.Random(seed)
+    out, i = [], 0
+    while i < len(text):
+        k = rng.randint(1, most)
+        out.append(text[i:i + k])
+        i += k
+    return out
+
+
+@pytest.mark.parametrize("dialect", DIALECTS)
+def test_hostile_shapes_stream_equals_whole(engine, dialect):
+    """Long unclosed headers (and headers around the 4096-character limit), runs of
+    repeated markers, 200 KB arguments, 20,000 spaces, deep nesting: nothing raises, and
+    streams split at random points give exactly what parse() gives, truncated or not."""
+    shapes = _hostile(engine, dialect)
+    assert len(shapes) >= 5
+    for shape in shapes:
+        parser = engine.text_parser(dialect=dialect, tools=shape.tools,
+                                    generation_prompt=shape.prompt, ids="sequential")
+        text = shape.text
+        # one character per delta where the limit is decided, random 1..64 elsewhere
+        most = 1 if shape.label.startswith("header-") else 64
+        for finish in ("stop", "length"):
+            whole = summary(parser.parse(text, finish_reason=finish))
+            got = stream_parse(parser, _random_deltas(text, f"{dialect}/{shape.label}", most),
+                               finish)
+            assert got == whole, (dialect, shape.label, finish)
+
+
+@pytest.mark.parametrize("dialect", DIALECTS)
+def test_deep_nesting_is_kept_as_text_with_a_warning(engine, dialect):
+    """A call whose value nests 5,000 brackets is malformed input: no RecursionError, the
+    call is not returned, its text is content, and the warning says why - unless the
+    format writes that value as text the tool's schema keeps as a string."""
+    from toolrules.bench._hostile import sample
+
+    s = sample(engine, dialect, CASES)
+    if s is None:
+        pytest.skip(f"no plain one-call golden case for {dialect}")
+    for shape in _hostile(engine, dialect):
+        if not shape.label.startswith("nested-") or shape.label == "nested-parens":
+            continue
+        parser = engine.text_parser(dialect=dialect, tools=shape.tools,
+                                    generation_prompt=shape.prompt, ids="sequential")
+        result = parser.parse(shape.text)
+        if result.tool_calls:  # the value is a string by the format's own type attribute
+            assert all(isinstance(v, str) for c in result.tool_calls
+                       for v in c.arguments.values()), (dialect, shape.label)
+            continue
+        assert "nesting-too-deep-kept-as-text" in result.warnings, (dialect, shape.label)
+        run = '{"a": ' * 50 if shape.label == "nested-objects" else "[" * 100
+        assert run in (result.content or "") + (result.reasoning_content or "")
+
+
+@pytest.mark.parametrize("dialect", ["hermes", "mistral-v3", "llama3-json", "qwen3-coder",
+                                     "pythonic", "gemma4", "glm", "harmony"])
+def test_nesting_limit_is_exact(engine, dialect):
+    """MAX_DEPTH brackets inside a value are a call; one more is text - whole or streamed."""
+    from toolrules.bench._hostile import sample
+    from toolrules.dialects._jsonscan import MAX_DEPTH
+
+    s = sample(engine, dialect, CASES)
+    assert s is not None
+    tools = s.tools if s.quoted else [{"type": "function", "function": {
+        "name": s.name, "parameters": {"type": "object",
+                                       "properties": {s.key: {"type": "array"}}}}}]
+    # the value's own depth: the wrapper of the call (if any) counts too, so find the
+    # deepest value that still parses and check that one more bracket does not
+    parser = engine.text_parser(dialect=dialect, tools=tools, generation_prompt=s.prompt,
+                                ids="sequential")
+
+    def at(depth):
+        text = s.text[:s.start] + "[" * depth + "]" * depth + s.text[s.end:]
+        whole = parser.parse(text)
+        assert stream_parse(parser, list(text), "stop") == summary(whole)
+        return whole
+
+    deepest = max(d for d in range(MAX_DEPTH - 4, MAX_DEPTH + 1) if at(d).tool_calls)
+    assert deepest > MAX_DEPTH - 4
+    over = at(deepest + 1)
+    assert not over.tool_calls
+    assert "nesting-too-deep-kept-as-text" in over.warnings
+
+
+@pytest.mark.parametrize("dialect", ["mistral", "gemma4", "glm", "kimi-k2", "qwen3-coder",
+                                     "deepseek-dsml"])
+def test_header_limit_is_exact(engine, dialect):
+    """A call header of up to 4096 characters is read; a longer one makes the call text,
+    and the decision does not depend on how the text arrives."""
+    from toolrules.bench._hostile import sample
+
+    s = sample(engine, dialect, CASES)
+    assert s is not None
+    parser = engine.text_parser(dialect=dialect, tools=s.tools, generation_prompt=s.prompt,
+                                ids="sequential")
+    named = s.text.index(s.name)
+    results = {}
+    around = 4096 - len(s.name)
+    for pad in range(around - 12, around + 12):
+        text = s.text[:named] + "h" * pad + s.text[named:]  # the name grows to the limit
+        whole = parser.parse(text)
+        for deltas in (list(text), [text], _random_deltas(text, pad, 9)):
+            assert stream_parse(parser, deltas, "stop") == summary(whole), (dialect, pad)
+        results[pad] = len(whole.tool_calls)
+        if whole.tool_calls:
+            assert whole.tool_calls[0].name == "h" * pad + s.name
+        else:  # given back as text, verbatim
+            assert "h" * pad + s.name in (whole.content or ""), (dialect, pad)
+    counts = [results[p] for p in sorted(results)]
+    assert counts == sorted(counts, reverse=True) and counts[0] == 1 and counts[-1] == 0, \
+        results  # one exact limit: every header up to it is read, every longer one is not
+
+
+def test_too_deep_prescan():
+    from toolrules.dialects._jsonscan import too_deep
+
+    assert not too_deep("[[1]]", limit=2)
+    assert too_deep("[[[1]]]", limit=2)
+    assert too_deep('{"a": {"b": [1]}}', limit=2)
+    assert not too_deep('["[[[[", "{{{{"]', limit=2)  # brackets inside strings are data
+    assert not too_deep("['[[[[']", limit=2)
+    assert too_deep('["a\\"[", [[[1]]]]', limit=3)   # an escaped quote does not end it
+    assert not too_deep("[1], [2], [3], [4]", limit=2)  # siblings do not add up
+    assert not too_deep('"' + "[" * 500, limit=2)       # an unclosed string to the end
+    assert too_deep("x" * 10 + "[" * 65)
+    assert not too_deep("[" * 64 + "]" * 64)
+
+
+def test_type_value_keeps_deep_text_raw_and_read_value_refuses_it():
+    from toolrules.dialects._jsonscan import NestingTooDeep
+    from toolrules.dialects._values import read_value, type_value
+
+    deep = "[" * 5000 + "]" * 5000
+    assert type_value(deep, {"type": "array"}) == deep
+    with pytest.raises(NestingTooDeep):
+        read_value(deep, {"type": "array"})
+    assert read_value("[[1]]", {"type": "array"}) == [[1]]
+    assert read_value(deep, {"type": "string"}) == deep  # a string is never decoded

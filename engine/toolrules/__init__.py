@@ -64,13 +64,18 @@ from .calls._response_format import (
 from .calls._selection import optimize_tool_definitions
 from .calls._tool_errors import ToolError, ToolErrorCode, get_retry_strategy, should_retry
 from .calls._validation import ToolEnvelope, ValidationError, ValidationResult
+from .clients import ModelClient, ScriptedModel
 from .emulation._part import build_emulation_prompt
 from .emulation._rules import EmulationPrompt, EmulationStyle
 from .runtime import (
+    LoopEvent,
+    LoopEventType,
+    LoopOutcome,
     Policy,
     ToolContext,
     ToolExecutor,
     ToolFailure,
+    ToolLoop,
     ToolRegistry,
     builtin_tools,
 )
@@ -84,7 +89,11 @@ __all__ = [
     "Engine",
     "ExecutionPlan",
     "InputTooLargeError",
+    "LoopEvent",
+    "LoopEventType",
+    "LoopOutcome",
     "Message",
+    "ModelClient",
     "ModelSpec",
     "ParseError",
     "ParsedResponse",
@@ -93,6 +102,7 @@ __all__ = [
     "ResponseFormat",
     "RuleError",
     "SchemaError",
+    "ScriptedModel",
     "StreamChunk",
     "StreamChunkType",
     "Tool",
@@ -105,6 +115,7 @@ __all__ = [
     "ToolErrorCode",
     "ToolExecutor",
     "ToolFailure",
+    "ToolLoop",
     "ToolRegistry",
     "ToolResult",
     "ToolResultConfig",

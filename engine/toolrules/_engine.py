@@ -28,6 +28,7 @@ from .providers._rules import check_rules as _check_providers
 from .rules import _default
 from .rules._lint import CrossCheck, lint
 from .rules._loader import RuleSet, cache_read, cache_write, discover, layers_for
+from .rules._loop_rules import check_rules as _check_loop
 from .rules._tables import check_rules as _check_tables
 
 if TYPE_CHECKING:
@@ -47,7 +48,7 @@ T = TypeVar("T")
 # Every concern's cross-checks between rule files, in the order lint reports them.
 CROSS_CHECKS: tuple[CrossCheck, ...] = (
     _check_models, _check_providers, _check_dialects, _check_tables, _check_emulation,
-    _check_policies)
+    _check_loop, _check_policies)
 
 
 def lint_rules(rs: RuleSet, thorough: bool = True) -> list[Problem]:

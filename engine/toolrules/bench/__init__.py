@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from . import _dialects, _emulation, _models, _providers
+from . import _dialects, _emulation, _models, _providers, _runtime
 
 __all__ = ["SECTIONS"]
 
@@ -20,4 +20,5 @@ SECTIONS: tuple[tuple[str, Section], ...] = (
     ("dialects", _dialects.bench),
     ("providers", _providers.bench),
     ("emulation", _emulation.bench),
+    ("runtime", _runtime.bench),
 )

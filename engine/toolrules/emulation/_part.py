@@ -20,6 +20,25 @@ from ._rules import EmulationPrompt, EmulationRules, EmulationStyle
 
 __all__ = ["EmulationPart", "build_emulation_prompt"]
 
+_PROMPT_CACHE_SIZE = 256
+
+
+def _prompt_key(tools: tuple[Tool, ...], model: Any, task_hint: str | None,
+                capability: Capability | None, style: str | None, examples: Any) -> Any:
+    """What an emulation prompt depends on, as a dict key; None when it cannot be cached
+    (explicit example calls, a model given as something other than an id)."""
+    if not (model is None or isinstance(model, str)) or \
+            not (examples is None or isinstance(examples, (bool, int))):
+        return None
+    try:
+        content = json.dumps([(t.name, t.description, t.parameters) for t in tools],
+                             sort_keys=True, default=str)
+        key = (content, model, task_hint, capability, style, examples)
+        hash(key)
+    except (TypeError, ValueError):
+        return None
+    return key
+
 
 class EmulationPart(Part):
     """render_emulation, render_call, emulate_history, optimize_tool_definitions."""
@@ -52,16 +71,30 @@ class EmulationPart(Part):
         reads the answer, the tools shown after the context budget, the examples)."""
         from ..calls._selection import selection_rules
 
+        tool_list = coerce_tools(tools)
+        # A conversation asks for the same prompt every turn: render it once per tool set
+        # (keyed by content, so a schema changed in place still gets a new prompt).
+        key = _prompt_key(tool_list, model, task_hint, capability, style, examples)
+        cache: dict[Any, EmulationPrompt] = self._cached("emulation:prompts", dict)
+        if key is not None:
+            hit = cache.get(key)
+            if hit is not None:
+                return hit
         rules = self._emulation_rules()
         cap = self.capability_for(model, capability)
         entry = rules.style(style) if style is not None else rules.select(cap)
-        shown = selection_rules(self).optimize(coerce_tools(tools), cap, task_hint)
+        shown = selection_rules(self).optimize(tool_list, cap, task_hint)
         guidance, calls = self._guidance_examples(shown, cap, examples, task_hint)
         compact = rules.is_compact(cap)
         ctx = rules.context(entry, shown, compact, guidance, calls, task_hint, cap.parallel_tools)
         text = rules.render_template(entry.template, ctx).strip()
-        return EmulationPrompt(text=text, style=entry, tools=shown, examples=tuple(calls),
-                               compact=compact)
+        prompt = EmulationPrompt(text=text, style=entry, tools=shown, examples=tuple(calls),
+                                 compact=compact)
+        if key is not None:
+            if len(cache) >= _PROMPT_CACHE_SIZE:
+                cache.clear()
+            cache[key] = prompt
+        return prompt
 
     def render_emulation(self, tools: Any, model: Any = None, task_hint: str | None = None, *,
                          capability: Capability | None = None, style: str | None = None,

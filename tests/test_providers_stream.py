@@ -27,7 +27,8 @@ def _stream_cases():
 
 
 def run(engine, provider, events, tools=None, model=None):
-    stream = engine.response_stream(provider, tools=tools, model=model)
+    # sequential ids: calls read from the text are numbered the same way in both paths
+    stream = engine.response_stream(provider, tools=tools, model=model, ids="sequential")
     chunks = []
     for e in events:
         chunks.extend(stream.feed(e))
@@ -56,7 +57,8 @@ def test_stream_result_equals_parse_response(engine, provider, data, name, case)
     assert calls == [(c.name, c.arguments) for c in result.tool_calls]
     if case.get("equals"):
         body = data["responses"][case["equals"]]
-        parsed = engine.parse_response(body, provider, tools=TOOLS, model=data.get("model"))
+        parsed = engine.parse_response(body, provider, tools=TOOLS, model=data.get("model"),
+                                       ids="sequential")
         assert (result.content, result.reasoning_content, result.tool_calls, result.finish_reason,
                 result.warnings) == (parsed.content, parsed.reasoning_content, parsed.tool_calls,
                                      parsed.finish_reason, parsed.warnings)

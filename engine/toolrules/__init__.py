@@ -65,6 +65,8 @@ from .calls._selection import optimize_tool_definitions
 from .calls._tool_errors import ToolError, ToolErrorCode, get_retry_strategy, should_retry
 from .calls._validation import ToolEnvelope, ValidationError, ValidationResult
 from .clients import ModelClient, ScriptedModel
+from .clients._connect import connect
+from .clients._errors import ProviderError
 from .emulation._part import build_emulation_prompt
 from .emulation._rules import EmulationPrompt, EmulationStyle
 from .runtime import (
@@ -99,6 +101,7 @@ __all__ = [
     "ParsedResponse",
     "Policy",
     "Problem",
+    "ProviderError",
     "ResponseFormat",
     "RuleError",
     "SchemaError",
@@ -130,6 +133,7 @@ __all__ = [
     "build_emulation_prompt",
     "builtin_tools",
     "classify_tool",
+    "connect",
     "dispatch_tool_call",
     "enhance_tool_description",
     "extract_namespace",

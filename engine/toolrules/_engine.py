@@ -25,6 +25,7 @@ from .models._part import ModelsPart
 from .models._rules import check_rules as _check_models
 from .providers._part import ProvidersPart
 from .providers._rules import check_rules as _check_providers
+from .providers._transport import check_rules as _check_transport
 from .rules import _default
 from .rules._lint import CrossCheck, lint
 from .rules._loader import RuleSet, cache_read, cache_write, discover, layers_for
@@ -47,8 +48,8 @@ T = TypeVar("T")
 
 # Every concern's cross-checks between rule files, in the order lint reports them.
 CROSS_CHECKS: tuple[CrossCheck, ...] = (
-    _check_models, _check_providers, _check_dialects, _check_tables, _check_emulation,
-    _check_loop, _check_policies)
+    _check_models, _check_providers, _check_transport, _check_dialects, _check_tables,
+    _check_emulation, _check_loop, _check_policies)
 
 
 def lint_rules(rs: RuleSet, thorough: bool = True) -> list[Problem]:
@@ -164,15 +165,18 @@ class Engine:
         return self._providers.parse_request(body, provider)
 
     def parse_response(self, body: Any, provider: str, tools: Any = None,
-                       model: str | None = None, *, strict: Any = None) -> ParsedResponse:
-        """A provider response body (dict, JSON text or SDK object) -> ParsedResponse."""
-        return self._providers.parse_response(body, provider, tools, model, strict=strict)
+                       model: str | None = None, *, strict: Any = None,
+                       ids: str = "random") -> ParsedResponse:
+        """A provider response body (dict, JSON text or SDK object) -> ParsedResponse.
+        `ids`: how calls read from the text are numbered (random, or sequential)."""
+        return self._providers.parse_response(body, provider, tools, model, strict=strict,
+                                              ids=ids)
 
     def response_stream(self, provider: str, tools: Any = None, model: str | None = None, *,
-                        strict: Any = None) -> Any:
+                        strict: Any = None, ids: str = "random") -> Any:
         """A consumer of the provider's own stream events: `feed(event)` -> chunks,
         `close()` -> the rest, `result` -> the ParsedResponse (same as parse_response)."""
-        return self._providers.response_stream(provider, tools, model, strict=strict)
+        return self._providers.response_stream(provider, tools, model, strict=strict, ids=ids)
 
     def build_response(self, parsed: Any, provider: str, model: str | None = None, *,
                        response_id: str | None = None, created: int | None = None

@@ -39,6 +39,8 @@ class ToolErrorCode(StrEnum):
     """A runtime error inside the tool."""
     NETWORK = "network"
     """A network failure."""
+    AUTH = "auth"
+    """Credentials missing or refused (a model provider's 401/403)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -111,6 +113,9 @@ class ErrorRules:
         return self.default, exc, self.status_of(exc)
 
     def from_exception(self, exc: BaseException, tool_name: str) -> ToolError:
+        carried = getattr(exc, "tool_error", None)
+        if isinstance(carried, ToolError):  # an error that already knows what it means
+            return carried
         mapping, matched, status = self.classify(exc)
         code_rule = self.codes.get(mapping.code, {})
         error_text: str = str(matched) or type(matched).__name__

@@ -183,10 +183,35 @@ def response(body_file: str, provider: str, tools_file: str | None, model: str |
         click.echo(f"warning    {w}")
 
 
+def _http_row(engine: Any, rid: str) -> dict[str, Any] | None:
+    """What `toolrules.connect` uses to reach `rid`: address, key, stream framing."""
+    from ..providers._transport import compile_http
+
+    h = compile_http(engine.provider_rules(rid).data, rid)
+    if h is None:
+        return None
+    if h.auth_kind == "query":
+        auth = f"?{h.auth_param}="
+    elif h.auth_kind == "none":
+        auth = "none"
+    else:
+        auth = f"{h.auth_header}: {h.auth_scheme + ' ' if h.auth_scheme else ''}KEY"
+        if h.auth_kind == "aws-sigv4":
+            auth += f" or SigV4 ({h.auth_service})"
+    return {"base_url": h.base_url, "base_url_env": list(h.base_url_env), "path": h.path,
+            "stream_path": h.stream_path, "auth": auth, "key_env": list(h.auth_env),
+            "key_optional": h.auth_optional or h.auth_kind == "none",
+            "headers": dict(h.headers), "framing": h.framing}
+
+
 @click.command()
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+@click.option("--http", "http", is_flag=True,
+              help="How toolrules.connect reaches each one: base URL, its env var, the key's "
+                   "env var and place, stream framing.")
+@click.option("--markdown", is_flag=True, help="With --http: a Markdown table (for docs).")
 @_RULES
-def providers(as_json: bool, rule_paths: tuple[str, ...]) -> None:
+def providers(as_json: bool, http: bool, markdown: bool, rule_paths: tuple[str, ...]) -> None:
     """List the providers: id, what it extends, and what it is."""
     engine = get_engine(rule_paths)
     rows = []
@@ -194,14 +219,44 @@ def providers(as_json: bool, rule_paths: tuple[str, ...]) -> None:
         data = engine.ruleset.get("provider", rid).data or {}
         rows.append({"id": rid, "extends": data.get("extends"),
                      "aliases": list(data.get("aliases") or []),
-                     "description": " ".join(str(data.get("description", "")).split())})
+                     "description": " ".join(str(data.get("description", "")).split()),
+                     "http": _http_row(engine, rid)})
     if as_json:
         echo_json(rows)
+        return
+    if http or markdown:
+        _http_table(rows, markdown)
         return
     width = max(len(r["id"]) for r in rows) if rows else 10
     for r in rows:
         ext = f" (extends {r['extends']})" if r["extends"] else ""
         click.echo(f"{r['id']:{width}}  {r['description'][:90]}{ext}")
+
+
+def _http_table(rows: list[dict[str, Any]], markdown: bool) -> None:
+    head = ("provider", "base URL", "base URL env", "key env", "key goes in", "stream")
+    table = []
+    for r in rows:
+        h = r["http"]
+        if h is None:
+            table.append((r["id"], "-", "-", "-", "-", "-"))
+            continue
+        key = " / ".join(h["key_env"]) or "-"
+        if h["key_optional"] and h["key_env"]:
+            key += " (optional)"
+        table.append((r["id"], (h["base_url"] or "(base_url= required)") + h["path"],
+                      " / ".join(h["base_url_env"]) or "-", key, h["auth"],
+                      h["framing"] or "-"))
+    if markdown:
+        click.echo("| " + " | ".join(head) + " |")
+        click.echo("|" + "---|" * len(head))
+        for row in table:
+            click.echo("| " + " | ".join(f"`{c}`" if c != "-" and i in (0, 2, 3) else c
+                                         for i, c in enumerate(row)) + " |")
+        return
+    widths = [max(len(str(x[i])) for x in [head, *table]) for i in range(len(head))]
+    for row in [head, *table]:
+        click.echo("  ".join(str(c).ljust(w) for c, w in zip(row, widths)).rstrip())
 
 
 @click.command()

@@ -1,11 +1,14 @@
 """Model clients: what the tool loop talks to. The protocol (`ModelClient`: `generate` /
-`stream`), and `ScriptedModel`, which answers from a script in the model's own output
-format (tests, replays, demos)."""
+`stream`), `ScriptedModel`, which answers from a script in the model's own output
+format (tests, replays, demos), and `connect()`, a client for any provider the rules
+describe over HTTP (`HttpModel`, failures as `ProviderError`)."""
 
 from __future__ import annotations
 
 from ._base import ModelClient
+from ._connect import connect
+from ._errors import ProviderError
 from ._scripted import ScriptedModel, ScriptedRequest, ScriptExhaustedError, response_chunks
 
-__all__ = ["ModelClient", "ScriptExhaustedError", "ScriptedModel", "ScriptedRequest",
-           "response_chunks"]
+__all__ = ["ModelClient", "ProviderError", "ScriptExhaustedError", "ScriptedModel",
+           "ScriptedRequest", "connect", "response_chunks"]

@@ -217,13 +217,13 @@ def _golden(engine: Any, rid: str, shared: dict[str, Any], cases: dict[str, Any]
     responses: dict[str, Any] = {}
     for name, body in (cases.get("responses") or {}).items():
         try:
-            parsed = engine.parse_response(body, rid, tools=tools, model=model)
+            parsed = engine.parse_response(body, rid, tools=tools, model=model, ids="sequential")
         except ToolrulesError as exc:
             responses[name] = f"error: {type(exc).__name__}: {exc}"
             continue
         parsed_bodies[name] = parsed
         rebuilt = engine.build_response(parsed, rid, model=model, response_id="resp-golden", created=0)
-        again = engine.parse_response(rebuilt, rid, tools=tools, model=model)
+        again = engine.parse_response(rebuilt, rid, tools=tools, model=model, ids="sequential")
         if _comparable(again, ids=False, lossy=prov.lossy) != _comparable(parsed, ids=False,
                                                                            lossy=prov.lossy):
             problems.append(f"response {name}: parse_response(build_response(parsed)) differs")
@@ -232,7 +232,7 @@ def _golden(engine: Any, rid: str, shared: dict[str, Any], cases: dict[str, Any]
         out["responses"] = responses
     streams: dict[str, Any] = {}
     for name, case in (cases.get("streams") or {}).items():
-        stream = engine.response_stream(rid, tools=tools, model=model)
+        stream = engine.response_stream(rid, tools=tools, model=model, ids="sequential")
         chunks: list[StreamChunk] = []
         for event in case.get("events") or []:
             chunks.extend(stream.feed(event))

@@ -444,27 +444,33 @@ class ProvidersPart(Part):
         wt = WireTools({names[t.name]: (t.name, t) for t in tool_list}, transform)
         return wt, set(names)
 
-    def _content_parser(self, model: str | None, tools: Any) -> Any:
+    def _content_parser(self, model: str | None, tools: Any, ids: str = "random") -> Any:
         """The text parser for a response's content field. That field starts after the
         prompt, and a server that splits reasoning has already removed it: content never
         starts inside a reasoning block a template's generation prompt opened."""
-        parser = self.engine.text_parser(model=model, tools=tools)
+        parser = self.engine.text_parser(model=model, tools=tools, ids=ids)
         if parser.starts_in_reasoning:
-            parser = self.engine.text_parser(model=model, tools=tools,
-                                      generation_prompt="")
+            parser = self.engine.text_parser(model=model, tools=tools, ids=ids,
+                                             generation_prompt="")
         return parser
 
-    def _fallback(self, prov: Provider, model: str | None) -> bool:
+    def _fallback(self, prov: Provider, model: str | None, tools: Any = None) -> bool:
+        """Is the content read for calls too? `dialect`: servers that may run without a
+        tool-call parser hand a model's calls back as raw text in its trained format."""
         if prov.text_fallback == "never":
             return False
         if prov.text_fallback == "always":
             return True
         if model is None:
             return False
-        return not self._native(model) or bool(self.engine.capability(model).text_fallback)
+        cap = self.engine.capability(model)
+        if prov.text_fallback == "dialect" and tools and cap.dialect:
+            return True
+        return not self._native(model) or bool(cap.text_fallback)
 
     def parse_response(self, body: Any, provider: str, tools: Any = None,
-                       model: str | None = None, *, strict: Any = None) -> ParsedResponse:
+                       model: str | None = None, *, strict: Any = None,
+                       ids: str = "random") -> ParsedResponse:
         """A provider response body (dict, JSON text or SDK object) -> ParsedResponse.
 
         With `tools`, calls come back under the original tool names with arguments in the
@@ -472,7 +478,7 @@ class ProvidersPart(Part):
         and calls to tools not in the list are flagged in `warnings`.
         """
         from ._messages import coerce_body, decode_call, read_wire_message
-        from ._stream import finish_call
+        from ._stream import finish_call, merge_calls
 
         prov = self.provider_rules(provider)
         data = coerce_body(body, prov.max_bytes)
@@ -510,11 +516,14 @@ class ProvidersPart(Part):
         content = "".join(texts) or None
         reasoning_text = "".join(reasoning) or None
         repairs: tuple[str, ...] = ()
-        if not calls and content and self._fallback(prov, model):
-            parsed = self._content_parser(model, tools).parse(content, finish_reason=finish)
+        if content and self._fallback(prov, model, tools):
+            # Parsing hierarchy (UTP §2.3): native calls first; calls read from the text
+            # follow, except those identical to a native one (a server that parsed the
+            # calls and also left their text in the content).
+            parsed = self._content_parser(model, tools, ids).parse(content, finish_reason=finish)
             content = parsed.content
             reasoning_text = "".join(x for x in (reasoning_text, parsed.reasoning_content) if x) or None
-            calls = list(parsed.tool_calls)
+            calls = merge_calls(calls, parsed.tool_calls)
             repairs = tuple(parsed.repairs)
             warns.extend(parsed.warnings)
             if calls and finish == "stop":
@@ -524,7 +533,7 @@ class ProvidersPart(Part):
                               raw=data, warnings=tuple(warns))
 
     def response_stream(self, provider: str, tools: Any = None, model: str | None = None, *,
-                        strict: Any = None) -> Any:
+                        strict: Any = None, ids: str = "random") -> Any:
         """A consumer of the provider's own stream events: `feed(event)` -> chunks,
         `close()` -> the rest, `result` -> the ParsedResponse (same as parse_response)."""
         from ._stream import ProviderStream
@@ -534,8 +543,8 @@ class ProvidersPart(Part):
             raise CapabilityError(f"provider {prov.id!r} has no stream rules")
         wt, known = self._restore_info(prov, tools, model, strict)
         text_stream = None
-        if self._fallback(prov, model):
-            text_stream = self._content_parser(model, tools).stream()
+        if self._fallback(prov, model, tools):
+            text_stream = self._content_parser(model, tools, ids).stream()
         return ProviderStream(prov, wt, known, text_stream)
 
     def build_response(self, parsed: Any, provider: str, model: str | None = None, *,

@@ -8,6 +8,11 @@ tool_args, tool_end) only once it is complete - an end event, the next call star
 its arguments are a complete JSON object. The final `result` equals `parse_response`
 of the same answer sent without streaming: both use the same decoding, name and
 argument restoring, and finish-reason mapping.
+
+When the rules read the text for calls too (`response.text_fallback`), the text goes
+through the model's text parser: its text and reasoning chunks pass straight on, and the
+calls it finds are committed at the end, after the native ones and without those
+identical to a native call - the order and choice `parse_response` makes.
 """
 
 from __future__ import annotations
@@ -21,7 +26,7 @@ from .._types import ParsedResponse, StreamChunk, StreamChunkType, ToolCall
 from ._messages import WireTools, _join, _listify, coerce_body, decode_call
 from ._rules import Provider
 
-__all__ = ["ProviderStream"]
+__all__ = ["ProviderStream", "finish_call", "merge_calls"]
 
 MAX_EVENT_BYTES = 4 << 20
 MAX_CALL_ARGS_BYTES = 16 << 20
@@ -54,6 +59,7 @@ class ProviderStream:
         self._calls: dict[Any, _Call] = {}
         self._order: list[_Call] = []
         self._committed: list[ToolCall] = []
+        self._native = 0
         self._warnings: list[str] = []
         self._finish: Any = None
         self._closed = False
@@ -61,7 +67,7 @@ class ProviderStream:
         # what the text parser's stream made of the text (text fallback only)
         self._fb_text: list[str] = []
         self._fb_reasoning: list[str] = []
-        self._fb_calls: list[ToolCall] = []
+        self._fb_calls: list[ToolCall] = []  # complete, committed at close()
 
     # ------------------------------------------------------------ input
 
@@ -186,6 +192,10 @@ class ProviderStream:
         if tc is None:
             return
         tc = finish_call(tc, self._tools, self._known, self._warnings)
+        self._native += 1
+        self._emit(tc, out)
+
+    def _emit(self, tc: ToolCall, out: list[StreamChunk]) -> None:
         index = len(self._committed)
         self._committed.append(tc)
         text = tc.arguments_json()
@@ -207,20 +217,31 @@ class ProviderStream:
         finish = self._prov.finish(self._finish, bool(self._committed))
         if self._text_stream is not None:
             out.extend(self._from_text_stream(self._text_stream.close(finish_reason=finish)))
+            for tc in merge_calls(self._committed, self._fb_calls)[len(self._committed):]:
+                self._emit(tc, out)
         self._closed = True
         return out
 
     def _from_text_stream(self, chunks: list[StreamChunk]) -> list[StreamChunk]:
-        """Chunks of the text parser, recorded so `result` is what a client would rebuild."""
+        """Chunks of the text parser: text and reasoning pass on (and are recorded so
+        `result` is what a client rebuilds); its calls wait for close()."""
+        out: list[StreamChunk] = []
         for c in chunks:
             if c.type is T.TEXT and c.content:
                 self._fb_text.append(c.content)
+                out.append(c)
             elif c.type is T.REASONING and c.content:
                 self._fb_reasoning.append(c.content)
+                out.append(c)
             elif c.type is T.TOOL_END and c.tool_name:
                 self._fb_calls.append(ToolCall(id=c.tool_call_id, name=c.tool_name,
                                                arguments=c.arguments or {}))
-        return chunks
+            elif c.type is T.TOOL_PROGRESS:  # numbered after the calls already known
+                out.append(StreamChunk(T.TOOL_PROGRESS,
+                                       index=len(self._committed) + len(self._fb_calls),
+                                       tool_call_id=c.tool_call_id, tool_name=c.tool_name,
+                                       args_delta=c.args_delta))
+        return out
 
     @property
     def result(self) -> ParsedResponse:
@@ -232,13 +253,16 @@ class ProviderStream:
         reasoning = "".join(self._reasoning) or None
         repairs: tuple[str, ...] = ()
         warnings = list(self._warnings)
-        finish = self._prov.finish(self._finish, bool(calls))
+        finish = self._prov.finish(self._finish, self._native > 0)
         if self._text_stream is not None:
             text = "".join(self._fb_text) or None
             reasoning = "".join([*self._reasoning, *self._fb_reasoning]) or None
-            calls = [*self._fb_calls, *calls]
-            if self._fb_calls and finish == "stop":
+            if calls and finish == "stop":
                 finish = "tool_calls"
+            done = getattr(self._text_stream, "result", None)
+            if done is not None:
+                repairs = tuple(done.repairs)
+                warnings.extend(done.warnings)
         result = ParsedResponse(content=text, reasoning_content=reasoning, tool_calls=tuple(calls),
                                 finish_reason=finish, repairs=repairs, raw=None,
                                 warnings=tuple(warnings))
@@ -251,6 +275,19 @@ def _key(value: Any) -> Any:
     if isinstance(value, (dict, list)):
         return json.dumps(value, sort_keys=True)
     return value
+
+
+def _same(call: ToolCall) -> tuple[str, str]:
+    return call.name, json.dumps(call.arguments, sort_keys=True, ensure_ascii=False, default=str)
+
+
+def merge_calls(native: Any, from_text: Any) -> list[ToolCall]:
+    """Native calls, then the calls read from the text that are not identical (same name
+    and arguments) to a native one."""
+    out = list(native)
+    seen = {_same(c) for c in out}
+    out.extend(c for c in from_text if _same(c) not in seen)
+    return out
 
 
 def finish_call(call: ToolCall, tools: WireTools | None, known: set[str] | None,

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ._schema_kit import _bool, _doc, _str, _strlist
+from ._schema_kit import _bool, _doc, _str, _str_or_list, _strlist
 
 __all__ = ["KIND_SCHEMAS", "PROVIDER_SCHEMA", "STRATEGIES_SCHEMA", "TABLE_SCHEMAS"]
 
@@ -118,6 +118,67 @@ _STREAM_EVENT = {"type": "dict", "schema": {
     "finish_reason": _expr("the wire finish reason", "finish_reason: delta.stop_reason"),
 }}
 
+_STRMAP = {"type": "dict", "keysrules": {"type": "string"},
+           "valuesrules": {"type": "string"}}
+
+_HTTP = _section("how a client reaches the provider over HTTP (toolrules.connect)", {
+    "base_url": _str("the default base URL ({region} is filled in); null: the caller must "
+                     "give one (base_url= or the env var)", "base_url: https://api.example.com/v1",
+                     nullable=True),
+    "base_url_env": _str_or_list("env var(s) that override the default base URL (first set "
+                                 "wins)", "base_url_env: EXAMPLE_BASE_URL"),
+    "path": _str("appended to the base URL; {model} (URL-encoded) and {region} are filled in",
+                 "path: /models/{model}:generateContent"),
+    "query": {**_STRMAP, **_doc("fixed query parameters", "query: {api-version: '2024-10-21'}")},
+    "omit": _strlist("body fields build_request writes that this API takes elsewhere (the "
+                     "path): left out of the HTTP body", "omit: [modelId]"),
+    "headers": {**_STRMAP, **_doc("fixed headers sent with every request",
+                                  "headers: {anthropic-version: '2023-06-01'}")},
+    "region": _section("the {region} placeholder", {
+        "env": _str_or_list("env var(s) naming the region", "env: [AWS_REGION, AWS_DEFAULT_REGION]"),
+        "default": _str("region when no env var is set", "default: us-east-1"),
+    }),
+    "auth": _section("where the API key goes", {
+        "kind": _str("header: in a header (scheme + key); query: a query parameter; "
+                     "aws-sigv4: the key (when one is given) as a header, otherwise the "
+                     "request is signed with AWS credentials; none: no key",
+                     "kind: header", allowed=["header", "query", "aws-sigv4", "none"]),
+        "header": _str("the header that carries the key", "header: x-api-key"),
+        "scheme": _str("written before the key in the header, with a space", "scheme: Bearer"),
+        "param": _str("the query parameter that carries the key (kind query)", "param: key"),
+        "env": _str_or_list("env var(s) holding the key, first set wins", "env: EXAMPLE_API_KEY"),
+        "optional": _bool("a missing key is fine (local servers): the request goes without one"),
+        "service": _str("the AWS signing service name (kind aws-sigv4)", "service: example"),
+        "extra": _str("the toolrules extra that installs the signer (named in the error "
+                      "when it is missing)", "extra: aws"),
+    }),
+    "stream": _section("asking for a stream and reading its frames", {
+        "body": {"type": "dict", **_doc("merged into the request body to ask for a stream",
+                                        "body: {stream: true}")},
+        "path": _str("the path when streaming (default: http.path)",
+                     "path: /models/{model}:streamGenerateContent"),
+        "query": {**_STRMAP, **_doc("query parameters added when streaming", "query: {alt: sse}")},
+        "framing": _str("how events are framed: sse (server-sent events), ndjson (one JSON "
+                        "object a line), aws-eventstream (binary event-stream messages; an "
+                        "event becomes {EVENT_TYPE: payload})", "framing: sse",
+                        allowed=["sse", "ndjson", "aws-eventstream"]),
+        "error": _expr("over one event: the provider's message when the event reports a "
+                       "failure inside the stream", "error: \"type == 'error' && error.message\""),
+    }),
+    "errors": _section("reading a failed response", {
+        "message": _expr("over the error body: the provider's message",
+                         "message: \"error.message || message\""),
+        "type": _expr("over the error body: the provider's error type or status",
+                      "type: \"error.type || error.status\""),
+        "retry_after": _strlist("headers saying how long to wait, first present wins; a name "
+                                "ending in -ms counts milliseconds",
+                                "retry_after: [retry-after-ms, retry-after]"),
+        "retry_delay": _expr("over the error body: a wait the provider asks for ('46s' or "
+                             "seconds), when no header says it",
+                             "retry_delay: \"error.details[?retryDelay].retryDelay | [0]\""),
+    }),
+})
+
 PROVIDER_SCHEMA: dict[str, Any] = {
     "id": _str("the provider id; equals the file stem"),
     "extends": _str("a provider whose rules this one starts from (deep merge: mappings merge, "
@@ -209,10 +270,14 @@ PROVIDER_SCHEMA: dict[str, Any] = {
                                "transforms: [function_call_to_tool_calls]"),
         "call_transforms": _strlist("named transforms applied to each extracted call",
                                     "call_transforms: [blank_arguments_to_empty_object]"),
-        "text_fallback": _str("parse calls out of the text when there are no native calls: "
-                              "capability (model's native_tools/text_fallback), always, never",
-                              "text_fallback: capability",
-                              allowed=["capability", "always", "never"]),
+        "text_fallback": _str("read calls out of the text too: capability (when the model "
+                              "has no native tools or its text_fallback is set), dialect (also "
+                              "whenever tools were offered and the model has a trained format: "
+                              "servers that may run without a tool-call parser and return the "
+                              "calls as text), always, never. Native calls come first; a call "
+                              "read from the text that equals a native one is dropped",
+                              "text_fallback: dialect",
+                              allowed=["capability", "dialect", "always", "never"]),
         "build": _expr("build_response: the body; view: {id, model, created, message, messages, "
                        "text, reasoning, tool_calls, finish_reason}"),
         "message": _expr("build_response: the assistant message(s), when they differ from "
@@ -227,6 +292,7 @@ PROVIDER_SCHEMA: dict[str, Any] = {
         "sequential_calls": _bool("a call is complete when the next one starts (the stream "
                                   "has no end-of-call event)"),
     }),
+    "http": _HTTP,
     "notes": _str("free text"),
 }
 

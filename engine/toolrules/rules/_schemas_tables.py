@@ -12,7 +12,7 @@ from ._schemas_models import CAPABILITY_FIELDS
 __all__ = ["ERROR_CODES", "LADDER_STEPS", "TABLE_SCHEMAS"]
 
 ERROR_CODES = ("validation", "permission", "not_found", "timeout", "rate_limit",
-               "model_refusal", "execution", "network")
+               "model_refusal", "execution", "network", "auth")
 RETRY_STRATEGIES = ("same", "rephrase", "escalate", "abort")
 LADDER_STEPS = ("same", "rephrase", "interference", "vortex", "escalate", "abort")
 JSON_TYPES = ("string", "integer", "number", "boolean", "null", "array", "object")
@@ -249,6 +249,37 @@ ERRORS_SCHEMA: dict[str, Any] = {
         "message": _str("the ToolError message ({tool} {error} {exception} {status}); "
                         "default: the exception text"),
     }, required=True),
+    "clients": _dict("model clients (toolrules.connect): which failed calls to a model are "
+                     "tried again, how long to wait, and what a provider's HTTP status means",
+                     None, {
+        "max_retries": _int("retries after the first attempt (connect(max_retries=...) "
+                            "overrides)", "max_retries: 2", min=0, max=20),
+        "backoff": _dict("exponential backoff between retries", None, {
+            "initial": _num("seconds before the first retry", "initial: 0.5", min=0),
+            "factor": _num("each wait is this many times the last", "factor: 2", min=1),
+            "max": _num("no wait is longer (seconds)", "max: 8", min=0),
+            "jitter": _num("a random share of the wait added or taken away (0-1)",
+                           "jitter: 0.25", min=0, max=1),
+        }),
+        "retry_after_max": _num("longest wait a provider's Retry-After may ask for (seconds); "
+                                "a longer one is not waited for: the error is raised with it",
+                                "retry_after_max: 60", min=0),
+        "retry_statuses": {"type": "list", "schema": {"type": ["integer", "string"]},
+                           **_doc("HTTP statuses (or classes like '5xx') that are retried",
+                                  "retry_statuses: [408, 429, '5xx']")},
+        "retry_network": _bool("retry connection failures before any answer arrived"),
+        "retry_timeouts": _bool("retry timeouts (connect, or a read before any answer)"),
+        "statuses": _list_of(
+            "HTTP status -> code for model calls, tried before `mappings`", None,
+            {"type": "dict", "schema": {
+                "status": {"type": "list", "required": True, "schema": {"type": ["integer", "string"]},
+                           **_doc("HTTP statuses or classes like '5xx'", "status: [401, 403]")},
+                "code": {**_str("ToolError code", "code: auth", allowed=list(ERROR_CODES)),
+                         "required": True},
+                **_TEXT_FIELDS,
+                "note": _str("why"),
+            }}),
+    }),
 }
 
 # ---------------------------------------------------------------- tool_selection.yaml

@@ -11,9 +11,9 @@ import time
 from pathlib import Path
 
 import pytest
-from runtime_helpers import code, executor, make_tree, rule, run
 
 import toolrules
+from runtime_helpers import code, executor, make_tree, rule, run
 from toolrules import ToolCall, ToolExecutor, ToolRegistry, ToolResult
 from toolrules.runtime import RateLimiter, envelope_of, policy_rules
 

@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from runtime_helpers import OUTSIDE_SECRET, make_tree
 
 import toolrules
+from runtime_helpers import OUTSIDE_SECRET, make_tree
 from toolrules import ToolCall
 
 SLOW = os.environ.get("TOOLRULES_SLOW", "") not in ("", "0")

@@ -4,14 +4,15 @@ blocked patterns for reads, writes and listings."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import threading
 from pathlib import Path
 
 import pytest
-from runtime_helpers import OUTSIDE_SECRET, code, executor, make_tree, rule, run
 
 import toolrules
+from runtime_helpers import OUTSIDE_SECRET, code, executor, make_tree, rule, run
 from toolrules.runtime import Jail, PolicyRefusal, policy_rules
 
 
@@ -138,7 +139,7 @@ def test_writes_never_follow_a_symlinked_directory_out(tree):
 
 
 def test_parents_are_created_inside_the_jail_only(tree):
-    ws, outside = tree
+    ws, _outside = tree
     result = run(executor(ws), "write_file", path="a/b/c/new.txt", content="deep")
     assert result.ok, result.error
     assert (ws / "a" / "b" / "c" / "new.txt").read_text() == "deep"
@@ -162,10 +163,8 @@ def test_symlink_swapped_in_during_reads_never_leaks(tree):
         while not stop.is_set():
             tmp_file.write_text("inside")
             os.replace(tmp_file, target)
-            try:
+            with contextlib.suppress(FileExistsError):
                 os.symlink(outside / "secret.txt", tmp_link)
-            except FileExistsError:
-                pass
             os.replace(tmp_link, target)
 
     jail = Jail(ws, policy_rules("default"))
@@ -211,10 +210,8 @@ def test_directory_swapped_for_a_symlink_during_writes_never_escapes(tree):
     t.start()
     try:
         for i in range(1500):
-            try:
+            with contextlib.suppress(PolicyRefusal, OSError):
                 jail.write_bytes(f"d/f{i % 7}.txt", b"data")
-            except (PolicyRefusal, OSError):
-                pass
     finally:
         stop.set()
         t.join()

@@ -161,15 +161,19 @@ class Policy:
                              f"{', '.join(self.levels)}") from None
 
     def tool_level(self, name: str, declared: str | None = None) -> str:
-        """The level a tool needs: the policy's level naming it, else the tier it declares,
-        else `registered_level`."""
+        """The level a tool needs: the policy's level naming it, else the tier it declares
+        (a tier this policy does not have makes the tool unavailable), else
+        `registered_level`."""
         if name in self.level_tools:
             return self.level_tools[name]
-        if declared is not None and declared in self.levels:
+        if declared is not None:
             return declared
         return self.registered_level
 
     def within_trust(self, level: str, trust: str) -> bool:
+        """Whether a tool at `level` may run at `trust` (never for an unknown level)."""
+        if level not in self.levels:
+            return False
         return self.level_index(level) <= self.level_index(trust)
 
     def is_shell(self, level: str) -> bool:
@@ -690,5 +694,6 @@ def _check_tool(rep: Any, rf: RuleFile, i: int, entry: Mapping[str, Any], levels
                           "toolset-arguments")
     tier = entry.get("tier")
     if tier is not None and levels and tier not in levels:
-        rep.error(rf, ("tools", i, "tier"), f"tier {tier!r} is not a level of the default "
-                  f"policy ({', '.join(sorted(levels))})", "toolset-tier")
+        rep.warning(rf, ("tools", i, "tier"), f"tier {tier!r} is not a level of the default "
+                    f"policy ({', '.join(sorted(levels))}); the tool is unavailable unless a "
+                    "level names it", "toolset-tier")

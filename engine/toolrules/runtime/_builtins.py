@@ -111,7 +111,9 @@ def _search_python(ctx: ToolContext, rx: re.Pattern[str], path: str, glob: str |
     pol = ctx.policy
     lines: list[str] = []
     more = 0
-    for entry in jail.walk(path, pattern=glob or "*", recursive=True, files_only=True):
+    # Symlinks are not followed (as with ripgrep's --no-follow): one output either way.
+    for entry in jail.walk(path, pattern=glob or "*", recursive=True, files_only=True,
+                           links=False):
         if entry.size is not None and entry.size > pol.search_max_file_bytes:
             continue
         try:

@@ -98,6 +98,22 @@ async def _read_capped(stream: asyncio.StreamReader | None, limit: int) -> tuple
     return bytes(kept), total
 
 
+async def _exited(proc: asyncio.subprocess.Process, seconds: float) -> bool:
+    """Whether the process exited within `seconds`. Not `proc.wait()`: asyncio wakes
+    waiters only once the pipes are closed too, and a child left in the background keeps
+    them open."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + seconds
+    delay = 0.002
+    while proc.returncode is None:
+        left = deadline - loop.time()
+        if left <= 0:
+            return False
+        await asyncio.sleep(min(delay, left))
+        delay = min(delay * 2, 0.05)
+    return True
+
+
 def _kill_group(pid: int) -> None:
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(pid, signal.SIGKILL)
@@ -130,11 +146,8 @@ async def run_argv(argv: Sequence[str], ctx: ToolContext, cwd: str = ".",
     finally:
         os.close(dfd)
     readers = asyncio.gather(_read_capped(proc.stdout, cap), _read_capped(proc.stderr, cap))
-    timed_out = False
     try:
-        await asyncio.wait_for(proc.wait(), seconds)
-    except TimeoutError:
-        timed_out = True
+        timed_out = not await _exited(proc, seconds)
     finally:
         # The whole group goes, also when the command left children behind (they would
         # keep the pipes open and outlive the call).

@@ -244,7 +244,10 @@ class ToolExecutor:
         if not self.policy.within_trust(level, self.trust):
             return self._refuse_out(
                 name, call_id, "TRUST_TOO_LOW",
-                f"{name} needs trust level {level!r}; this session has {self.trust!r}",
+                f"{name} needs trust level {level!r}; this session has {self.trust!r}"
+                if level in self.policy.levels else
+                f"{name} needs trust level {level!r}, which policy {self.policy.id!r} does "
+                "not offer",
                 rule=f"levels: {level}", arguments=args, level=level,
                 fix=f"Do not retry {name}: it needs a higher trust level than this session "
                     f"has. {self._offer_fix()}")

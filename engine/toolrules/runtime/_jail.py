@@ -317,17 +317,18 @@ class Jail:
     # ------------------------------------------------------------ listing
 
     def walk(self, text: object = ".", *, pattern: str = "*", recursive: bool = False,
-             files_only: bool = False, argument: str = "path") -> Iterator[Entry]:
+             files_only: bool = False, links: bool = True,
+             argument: str = "path") -> Iterator[Entry]:
         """Entries under a directory, sorted, blocked ones skipped silently. Symlinks are
-        shown only when they point inside the jail, and never descended into."""
+        shown only when they point inside the jail (and `links`), never descended into."""
         dfd, canon = self.open_dir(text, argument)
         try:
-            yield from self._walk(dfd, list(canon), pattern, recursive, files_only, 0)
+            yield from self._walk(dfd, list(canon), pattern, recursive, files_only, links, 0)
         finally:
             os.close(dfd)
 
     def _walk(self, dfd: int, where: list[str], pattern: str, recursive: bool,
-              files_only: bool, depth: int) -> Iterator[Entry]:
+              files_only: bool, links: bool, depth: int) -> Iterator[Entry]:
         with os.scandir(dfd) as it:
             entries = sorted(it, key=lambda e: e.name)
         for e in entries:
@@ -340,6 +341,8 @@ class Jail:
                 continue
             is_dir = stat.S_ISDIR(st.st_mode)
             if stat.S_ISLNK(st.st_mode):
+                if not links:
+                    continue
                 try:
                     link = _readlink(e.name, dfd)
                     if link is None:
@@ -368,7 +371,8 @@ class Jail:
                     except OSError:
                         continue
                     try:
-                        yield from self._walk(sub, rel, pattern, recursive, files_only, depth + 1)
+                        yield from self._walk(sub, rel, pattern, recursive, files_only, links,
+                                              depth + 1)
                     finally:
                         os.close(sub)
             elif fnmatch.fnmatchcase(e.name, pattern):

@@ -368,8 +368,8 @@ def test_server_error_then_success(engine):
     assert [c.name for c in got.tool_calls] == ["search_docs", "get_time"]
     assert len(times) == 3
     # exponential backoff with jitter: ~0.5 s, then ~1 s (+-25 %)
-    assert 0.3 <= times[1] - times[0] < 1.0
-    assert 0.7 <= times[2] - times[1] < 1.6
+    assert 0.3 <= times[1] - times[0] < 2.0
+    assert 0.7 <= times[2] - times[1] < 3.0
 
 
 def test_retries_are_bounded(engine):
@@ -397,7 +397,7 @@ def test_connection_refused_is_network(engine):
 
 def test_slow_server_beyond_the_read_timeout(engine):
     with WireServer() as srv:
-        srv.replies.append(Reply(body=b"{}", delay=1.5))
+        srv.replies.append(Reply(body=b"{}", delay=3.0))
         m = connect("openai", "gpt-4o", base_url=srv.url + "/v1", api_key=KEY, engine=engine,
                     timeout=0.3, max_retries=0)
         started = time.monotonic()
@@ -405,7 +405,7 @@ def test_slow_server_beyond_the_read_timeout(engine):
             run(m.generate(ASK))
         took = time.monotonic() - started
     assert info.value.code is ToolErrorCode.TIMEOUT
-    assert took < 1.2, took
+    assert took < 2.5, took
 
 
 def test_timeouts_are_retried(engine):
@@ -657,3 +657,30 @@ def test_connect_is_public():
 
     assert toolrules.connect is connect
     assert toolrules.ProviderError is ProviderError
+
+
+def test_the_tool_loop_runs_on_a_served_model(engine, tmp_path):
+    """The loop, the built-in tools and a llama.cpp-style server that answers with its
+    calls as text: one call read from the content, executed, its result sent back."""
+    import toolrules
+
+    (tmp_path / "config.yaml").write_text("port: 8080\n")
+    executor = toolrules.ToolExecutor(toolrules.builtin_tools(workspace=tmp_path),
+                                      workspace=tmp_path, trust="workspace", engine=engine)
+    call = '<tool_call>\n{"name": "read_file", "arguments": {"path": "config.yaml"}}\n</tool_call>'
+    with WireServer() as srv:
+        srv.replies.extend([
+            json_reply({"choices": [{"index": 0, "finish_reason": "stop",
+                                     "message": {"role": "assistant", "content": call}}]}),
+            json_reply({"choices": [{"index": 0, "finish_reason": "stop", "message": {
+                "role": "assistant", "content": "The server listens on port 8080."}}]})])
+        m = connect("llamacpp", "qwen3:8b", base_url=srv.url + "/v1", engine=engine)
+        outcome = toolrules.ToolLoop(m, executor, max_rounds=4, engine=engine).run_sync(
+            "What port does config.yaml set?")
+        second = srv.requests[1].json()
+    assert outcome.ok and outcome.content == "The server listens on port 8080."
+    ((done_call, result),) = outcome.tool_history
+    assert done_call.name == "read_file" and result.ok and "8080" in str(result.output)
+    tool_msgs = [msg for msg in second["messages"] if msg["role"] == "tool"]
+    assert tool_msgs and "8080" in tool_msgs[0]["content"]
+    assert second["messages"][-2]["tool_calls"][0]["id"] == tool_msgs[0]["tool_call_id"]

@@ -23,9 +23,10 @@ def _cases():
     out = []
     for path in sorted((REPO / "golden" / "dialects").glob("*.cases.yaml")):
         data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
-        dialect = path.name.removesuffix(".cases.yaml")
+        name = path.name.removesuffix(".cases.yaml")
         for case in data.get("cases", []):
-            out.append(pytest.param(dialect, data, case, id=f"{dialect}_{case['name']}"))
+            dialect = case.get("dialect", name)  # hostile.cases.yaml: one file, many dialects
+            out.append(pytest.param(dialect, data, case, id=f"{name}_{case['name']}"))
     return out
 
 

@@ -603,6 +603,18 @@ class Machine:
         # how far the header is known to run, and where it would pass _MAX_HEADER
         known = m.start() if m is not None else (n if final else n - h.ends.holdback(buf, pos))
         limit = pos + _MAX_HEADER - run.hlen
+        # a marker of the surrounding region (the next call's open marker, a section or
+        # reasoning marker) inside a header: this was no call, that marker is read again
+        exits = run.ret.exits
+        x = exits.search(buf, pos, final) if exits.regex is not None else None
+        if x is not None and x.start() < known:
+            known = x.start()
+            if known <= limit:
+                run.header.append(self._consume(run, known))
+                self._passthrough(run, "call-header-interrupted")
+                return True
+        elif x is None and exits.regex is not None and not final:
+            known = min(known, n - exits.holdback(buf, pos))
         if h.foreign is not None:  # a character no header holds: this is no call
             fm = h.foreign.search(buf, pos, min(known, limit))
             if fm is not None:
@@ -674,6 +686,12 @@ class Machine:
                 if i >= n:
                     return False
             if buf[i] not in p.starts:
+                exits = run.ret.exits  # the next call (or a section...) starts instead
+                if exits.match(buf, i, final) is not None:
+                    self._passthrough(run, "call-interrupted")
+                    return True
+                if not final and exits.is_prefix_at(buf, i):
+                    return False
                 self._malformed(run, "payload-not-recognized")
                 return True
             if p.head is not None and buf[i] not in p.spec.brackets:

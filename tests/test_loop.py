@@ -207,7 +207,7 @@ def test_a_repeated_identical_call_is_refused_then_the_loop_stops(app):
     # runs 1 and 2 execute; the 3rd is answered without running; the 4th stops the loop
     assert len(calls.log) == 2
     third = out.tool_history[2][1]
-    assert not third.ok and "already called 2 times" in third.error
+    assert not third.ok and "already made 2 time(s)" in third.error
     assert out.stopped == "repeated_call"
     assert out.content == "Paris is sunny."
     assert model.requests[-1].tools == ()

@@ -48,9 +48,9 @@ def _turns(kind: str) -> list[Any]:
 
 
 _MODELS = {"native": "gpt-4o", "dialect": "Qwen/Qwen3-8B", "emulated": "llama3:8b"}
-_LABELS = {"native": "native tools (OpenAI-format messages, gpt-4o)",
-           "dialect": "native tools, raw-text dialect (Qwen3-8B, hermes)",
-           "emulated": "emulated (llama3:8b: prompt + llama3-json text)"}
+_LABELS = {"native": "native (OpenAI messages, gpt-4o)",
+           "dialect": "native, raw-text dialect (Qwen3-8B)",
+           "emulated": "emulated (llama3:8b, JSON text)"}
 
 
 def _ours(engine: Any, kind: str) -> Callable[[], Awaitable[Any]]:
@@ -136,16 +136,15 @@ def bench(engine: Any, quick: bool) -> list[tuple[str, str]]:
     if theirs is not None:
         tasks["pydantic_ai"] = theirs
     per_turn = asyncio.run(_measure(tasks, 3 if quick else 7, 5 if quick else 20))
-    out = [(f"ToolLoop per model turn, {_LABELS[k]}", f"{per_turn[k] * 1e6:.0f} us")
+    out = [(f"ToolLoop per turn, {_LABELS[k]}", f"{per_turn[k] * 1e6:.0f} us")
            for k in _MODELS]
     if theirs is None:
-        out.append(("pydantic_ai agent loop (not installed: pip install toolrules[bench])",
-                    "-"))
+        out.append(("pydantic_ai (not installed: pip install toolrules[bench])", "-"))
         return out
     base = per_turn["pydantic_ai"]
-    out.append(("pydantic_ai Agent + FunctionModel per model turn, same work",
+    out.append(("pydantic_ai Agent + FunctionModel per turn, same work",
                 f"{base * 1e6:.0f} us"))
     for k in _MODELS:
-        out.append((f"ratio ToolLoop/pydantic_ai, {k} (goal <= 0.20)",
+        out.append((f"ratio ToolLoop / pydantic_ai, {k} (goal <= 0.20)",
                     f"{per_turn[k] / base:.2f}"))
     return out

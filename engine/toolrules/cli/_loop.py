@@ -51,7 +51,9 @@ def _model_from_spec(spec: str, engine: Any, base_url: str | None) -> Any:
 
 
 def _executor(engine: Any, workspace: str | None, trust: str, allowed: tuple[str, ...],
-              denied: tuple[str, ...], dry_run: bool, audit_dir: str | None) -> Any:
+              denied: tuple[str, ...], dry_run: bool, audit_dir: str | None,
+              policy: str = "default") -> Any:
+    from .._errors import UnknownRuleError
     from ..runtime import ToolExecutor, builtin_tools
 
     if workspace is not None and not Path(workspace).is_dir():
@@ -59,7 +61,9 @@ def _executor(engine: Any, workspace: str | None, trust: str, allowed: tuple[str
     try:
         return ToolExecutor(builtin_tools(workspace, engine=engine), workspace=workspace,
                             trust=trust, allowed=list(allowed) or None, denied=list(denied),
-                            audit_dir=audit_dir, engine=engine, dry_run=dry_run)
+                            audit_dir=audit_dir, engine=engine, dry_run=dry_run, policy=policy)
+    except UnknownRuleError as exc:
+        fail(str(exc), "list policies with: ls rules/policies (and your overlays)")
     except (ValueError, KeyError) as exc:
         fail(str(exc).strip("'\""), "see the trust levels in rules/policies/default.yaml")
     raise AssertionError("unreachable")
@@ -147,10 +151,13 @@ class _Printer:
 @click.option("--model", "-m", "spec", required=True,
               help="scripted:FILE.yaml, PROVIDER:MODEL or local.")
 @click.option("--base-url", help="Server URL for PROVIDER:MODEL (local servers).")
-@click.option("--workspace", "-w", type=click.Path(file_okay=False),
-              help="The directory the file tools are jailed to.")
+@click.option("--workspace", "-w", default=".", show_default=True,
+              type=click.Path(file_okay=False), help="The directory the tools may touch (the jail).")
 @click.option("--trust", default="workspace", show_default=True,
-              help="Trust level: discovery, read_only, workspace, shell, full.")
+              help="Trust level: discovery, read_only, workspace, shell or full (the policy's "
+                   "levels).")
+@click.option("--policy", "policy_id", default="default", show_default=True,
+              help="Policy id (rules/policies/<id>.yaml, overlays included).")
 @click.option("--allow", multiple=True, help="Only these tools (repeatable).")
 @click.option("--deny", multiple=True, help="Never these tools (repeatable).")
 @click.option("--dry-run", is_flag=True, help="Show the calls without running them.")
@@ -168,8 +175,8 @@ class _Printer:
 @click.option("--reasoning", "show_reasoning", is_flag=True, help="Also print reasoning.")
 @_RULES
 @guard
-def run(task: str, spec: str, base_url: str | None, workspace: str | None, trust: str,
-        allow: tuple[str, ...], deny: tuple[str, ...], dry_run: bool, as_json: bool,
+def run(task: str, spec: str, base_url: str | None, workspace: str, trust: str,
+        policy_id: str, allow: tuple[str, ...], deny: tuple[str, ...], dry_run: bool, as_json: bool,
         trace_path: str | None, max_rounds: int | None, tool_use_mode: str, system: str | None,
         audit_dir: str | None, stream: bool, show_reasoning: bool,
         rule_paths: tuple[str, ...]) -> None:
@@ -179,7 +186,7 @@ def run(task: str, spec: str, base_url: str | None, workspace: str | None, trust
 
     engine = get_engine(rule_paths)
     model = _model_from_spec(spec, engine, base_url)
-    executor = _executor(engine, workspace, trust, allow, deny, dry_run, audit_dir)
+    executor = _executor(engine, workspace, trust, allow, deny, dry_run, audit_dir, policy_id)
     loop = ToolLoop(model, executor, max_rounds, tool_use_mode, system=system,
                     trace_path=trace_path, engine=engine)
     printer = None if as_json else _Printer(executor, show_reasoning)
@@ -222,7 +229,7 @@ def replay(trace_file: str, workspace: str | None, trust: str | None, as_json: b
     executor = _executor(engine, workspace or info.get("workspace"),
                          trust or info.get("trust") or "workspace",
                          tuple(info.get("allowed") or ()), tuple(info.get("denied") or ()),
-                         bool(info.get("dry_run")), None)
+                         bool(info.get("dry_run")), None, info.get("policy") or "default")
     report = asyncio.run(replay_trace(trace, executor, engine=engine))
     if as_json:
         click.echo(json.dumps({"ok": report.ok, "turns": report.recorded_turns,

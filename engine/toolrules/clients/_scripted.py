@@ -166,7 +166,11 @@ class ScriptedModel:
                     yield _renumbered_chunk(chunk, number)
             for chunk in stream.close(finish_reason=finish):
                 yield _renumbered_chunk(chunk, number)
-            self.last_response = self._read(number, turn, tool_list)
+            done = stream.result  # what the stream read, whole: no second parse
+            if done is not None:
+                self.last_response = ParsedResponse(
+                    done.content, done.reasoning_content, _renumbered(done.tool_calls, number),
+                    done.finish_reason, done.repairs, turn, done.warnings)
             return
         parsed = self._read(number, turn, tool_list)
         self.last_response = parsed

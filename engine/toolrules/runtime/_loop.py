@@ -622,7 +622,10 @@ def _read_only(executor: Any, name: str) -> bool:
 def _executor_info(executor: Any) -> dict[str, Any]:
     """What a replay needs to build a fresh executor like this one (no secrets)."""
     out: dict[str, Any] = {}
-    for attr in ("workspace", "trust", "allowed", "denied", "policy_name", "dry_run"):
+    policy_id = getattr(getattr(executor, "policy", None), "id", None)
+    if isinstance(policy_id, str):
+        out["policy"] = policy_id
+    for attr in ("workspace", "trust", "allowed", "denied", "dry_run"):
         value = getattr(executor, attr, None)
         if value is None:
             continue

@@ -74,8 +74,11 @@ def turns_from_trace(trace: Trace) -> list[Any]:
 
 def _compare(recorded: Trace, replayed: Trace) -> list[Divergence]:
     out: list[Divergence] = []
-    rec_calls = [plain(r) for r in recorded.of_type("call")]
-    new_calls = [plain(r) for r in replayed.of_type("call")]
+    # both sides as written (redacted): a secret in the recording reads as the mask
+    rec = recorded.to_dicts()
+    new = replayed.to_dicts()
+    rec_calls = [r for r in rec if r.get("type") == "call"]
+    new_calls = [r for r in new if r.get("type") == "call"]
     for i in range(max(len(rec_calls), len(new_calls))):
         a = rec_calls[i] if i < len(rec_calls) else None
         b = new_calls[i] if i < len(new_calls) else None
@@ -95,8 +98,8 @@ def _compare(recorded: Trace, replayed: Trace) -> list[Divergence]:
             if ra.get(key) != rb.get(key):
                 out.append(Divergence(where, f"result {key}", ra.get(key), rb.get(key)))
                 break
-    done_a = plain((recorded.of_type("done") or [{}])[-1])
-    done_b = plain((replayed.of_type("done") or [{}])[-1])
+    done_a: dict[str, Any] = next((r for r in reversed(rec) if r.get("type") == "done"), {})
+    done_b: dict[str, Any] = next((r for r in reversed(new) if r.get("type") == "done"), {})
     for key in ("stopped", "content"):
         if done_a.get(key) != done_b.get(key):
             out.append(Divergence("final answer", key, done_a.get(key), done_b.get(key)))

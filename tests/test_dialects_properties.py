@@ -57,6 +57,42 @@ def test_any_split_equals_whole(engine, dialect, data, case, points):
     assert stream_parse(parser, _cut(case["text"], points), finish) == whole
 
 
+_FAST = {"used": 0}
+
+
+@pytest.mark.parametrize("dialect,data,case", _cases())
+def test_whole_text_fast_path_gives_what_the_machine_gives(engine, dialect, data, case):
+    """parse() reads common texts without the streaming machine (dialects/_whole.py); the
+    result is the machine's, field for field (warnings and their order, ids, repairs)."""
+    from toolrules.dialects._whole import parse_whole
+
+    parser = _parser(engine, dialect, data, case)
+    finish = case.get("finish_reason", "stop")
+    got = parser.parse(case["text"], finish_reason=finish)
+    fast = parser._whole is not None and \
+        parse_whole(parser._whole, case["text"], finish) is not None
+    _FAST["used"] += fast
+    parser._whole = None  # the machine alone
+    assert got == parser.parse(case["text"], finish_reason=finish)
+
+
+def test_the_fast_path_is_taken_for_plain_calls(engine):
+    parser = engine.text_parser(dialect="hermes", ids="sequential")
+    text = ('Hi.\n<tool_call>\n{"name": "f", "arguments": {"a": [1, {"b": "</tool_call>"}]}}'
+            '\n</tool_call>\n<tool_call>{"name": "g", "arguments": {}}</tool_call> bye')
+    from toolrules.dialects._whole import parse_whole
+
+    assert parse_whole(parser._whole, text, "stop") == parser.parse(text)
+    assert [c.name for c in parser.parse(text).tool_calls] == ["f", "g"]
+    # and gives way where the machine must decide: a repair, a cut call, deep nesting
+    for other in ('<tool_call>{"name": "f", "arguments": {"a": 1,}}</tool_call>',
+                  '<tool_call>{"name": "f", "arguments": {"a": 1}}',
+                  '<tool_call>{"name": "f", "arguments": {"a": ' + "[" * 70 + "]" * 70
+                  + "}}</tool_call>"):
+        assert parse_whole(parser._whole, other, "stop") is None
+    assert _FAST["used"] > 50 or _FAST["used"] == 0  # 0: ran alone, without the cases
+
+
 def _marker_soup(engine):
     names = engine.ruleset.ids("dialect")
     alphabet = set()

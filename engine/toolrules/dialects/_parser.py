@@ -42,11 +42,16 @@ class TextParser:
         self.heuristics = heuristics
         self.decline = dialect.decline | decline  # names that mean "no call"
         from ._scanner import Machine, Sink
+        from ._whole import WholePlan, parse_whole
 
         self._classes = (Machine, Sink)
         probe = Machine(dialect, Sink(False, dialect.strip, tools, False, ids), repairs, tools)
         probe.prime(self.generation_prompt)
         self._start = probe.start_state()  # the prompt is scanned once, not per parse
+        # parse() tries the whole-text fast path first when this parser allows it
+        self._whole = WholePlan.build(dialect, self._start, tools, repairs, ids, self.decline,
+                                      heuristics)
+        self._parse_whole = parse_whole
 
     @property
     def starts_in_reasoning(self) -> bool:
@@ -68,6 +73,10 @@ class TextParser:
         if len(text) > self.max_chars:
             raise InputTooLargeError(f"model output is {len(text)} characters; the limit is "
                                      f"{self.max_chars} (text_parser(max_chars=...))")
+        if self._whole is not None:
+            result = self._parse_whole(self._whole, text, finish_reason)
+            if result is not None:
+                return result
         m = self._machine(streaming=False)
         m.buf = text
         m.close(finish_reason)

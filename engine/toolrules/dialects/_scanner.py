@@ -23,7 +23,7 @@ from ._compile import CallDef, Dialect, MarkerTable, Region
 from ._jsonscan import Balanced, NestingTooDeep, RepairFailed, loads, repair_json, too_deep
 from ._values import read_value
 
-__all__ = ["Machine", "Sink"]
+__all__ = ["Machine", "Sink", "next_call_id"]
 
 _WS = " \t\r\n"
 _WS_RUN = re.compile(r"[ \t\r\n]*")
@@ -42,6 +42,11 @@ _TOO_DEEP = "nesting-too-deep"  # a value nested past MAX_DEPTH: the call is kep
 
 _TEXT = StreamChunkType.TEXT
 _REASONING = StreamChunkType.REASONING
+
+
+def next_call_id(index: int, sequential: bool) -> str:
+    """An id for a call the format gave none: call_<index>, or unique in the process."""
+    return f"call_{index}" if sequential else f"call_{_ID_PREFIX}{next(_ID_COUNTER):x}"
 
 
 class _Channel:
@@ -143,8 +148,7 @@ class Sink:
             self.warnings.append(f"unknown-tool: {name}")
         index = len(self.calls)
         if call_id is None:
-            call_id = f"call_{index}" if self.ids == "sequential" else \
-                f"call_{_ID_PREFIX}{next(_ID_COUNTER):x}"
+            call_id = next_call_id(index, self.ids == "sequential")
         call = ToolCall(id=call_id, name=name, arguments=arguments)
         self.calls.append(call)
         if self.streaming:

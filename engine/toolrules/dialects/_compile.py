@@ -285,7 +285,8 @@ class Dialect:
         self.content.start_calls = tuple(c for c in content_calls if not c.open)
 
         for i, r in enumerate(reasoning_defs):
-            pairs = [(m, ("goto", self.content)) for m in _as_list(r.get("close"))]
+            pairs: list[tuple[str, Any]] = [
+                (m, ("goto", self.content)) for m in _as_list(r.get("close"))]
             if r.get("calls", "never") != "never":
                 for c in content_calls:
                     pairs += [(m, ("call", c)) for m in c.open]
@@ -377,7 +378,7 @@ def check_rules(rs: Any, rep: Any, failed: set[tuple[str, str]]) -> None:
                       f"{rid!r}", "rule-id")
         section_names = {s.get("name") for s in data.get("sections") or []}
         for j, c in enumerate(data.get("calls") or []):
-            base = ("calls", j)
+            base: tuple[Any, ...] = ("calls", j)
             payload = c.get("payload") or {}
             kind = payload.get("kind")
             if not c.get("open") and c.get("at") != "start":

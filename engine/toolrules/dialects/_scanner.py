@@ -16,10 +16,11 @@ import itertools
 import json
 import re
 import secrets
-from typing import Any
+from collections.abc import Callable
+from typing import Any, cast
 
 from .._types import StreamChunk, StreamChunkType, ToolCall
-from ._compile import CallDef, Dialect, MarkerTable, Region
+from ._compile import CallDef, Dialect, MarkerTable, ParamDef, Region
 from ._jsonscan import Balanced, NestingTooDeep, RepairFailed, loads, repair_json, too_deep
 from ._values import read_value
 
@@ -27,6 +28,8 @@ __all__ = ["Machine", "Sink", "next_call_id"]
 
 _WS = " \t\r\n"
 _WS_RUN = re.compile(r"[ \t\r\n]*")
+# a run of zero or more blanks always matches: typed as never None
+_ws_run = cast("Callable[[str, int], re.Match[str]]", _WS_RUN.match)
 _DECODER = json.JSONDecoder()
 # A call header (or a parameter key) holds at most this many characters; past it the call
 # is malformed at exactly that position, in both modes (the decision never depends on
@@ -393,7 +396,7 @@ class Machine:
             return False
         if r.start_calls and self.start_ok and not self.sink.has_content():
             # leading whitespace is held (consumed once) until we know if a call starts
-            i = _WS_RUN.match(buf, pos).end()
+            i = _ws_run(buf, pos).end()
             if i > pos:
                 self.lead.append(buf[pos:i])
                 self.pos = pos = i
@@ -468,17 +471,19 @@ class Machine:
         buf, pos = self.buf, self.pos
         n = len(buf)
         msg = self.header_msg
+        header = self.header
+        assert header is not None  # _run steps here only inside a message header
         m = msg.header_end.search(buf, pos, final)
         if m is None:
             end = n if final else n - msg.header_end.holdback(buf, pos)
             if end > pos:
-                self.header.append(buf[pos:end])
+                header.append(buf[pos:end])
                 self.pos = end
             return False
-        self.header.append(buf[pos:m.start()])
+        header.append(buf[pos:m.start()])
         self.pos = m.end()
         what = msg.header_end.actions[m.group()]
-        text = "".join(self.header)
+        text = "".join(header)
         self.header = None
         if what == "abort":
             self.sink.warn("message-header-without-body-dropped")
@@ -514,14 +519,16 @@ class Machine:
         missing close marker) falls back to the general scanner, so results are the same.
         """
         buf = self.buf
-        start = _WS_RUN.match(buf, self.pos).end()
+        start = _ws_run(buf, self.pos).end()
         if start >= len(buf) or buf[start] not in c.payload.starts:
             return False
         try:
             value, end = _DECODER.raw_decode(buf, start)
         except (ValueError, RecursionError):
             return False
-        m = c.close_table.regex.match(buf, _WS_RUN.match(buf, end).end())
+        close = c.close_table.regex
+        assert close is not None  # c.fast: the call has close markers
+        m = close.match(buf, _ws_run(buf, end).end())
         if m is None or too_deep(buf, start, end):
             return False
         repairs: list[str] = []
@@ -556,6 +563,7 @@ class Machine:
 
     def _step_call(self, final: bool) -> bool:
         run = self.call
+        assert run is not None  # _run steps here only inside a call
         phase = run.phase
         if phase == "header":
             return self._step_header_call(run, final)
@@ -577,7 +585,7 @@ class Machine:
         return text
 
     def _skip_ws(self, run: _CallRun) -> int:
-        i = _WS_RUN.match(self.buf, self.pos).end()
+        i = _ws_run(self.buf, self.pos).end()
         if i > self.pos:
             run.raw.append(self.buf[self.pos:i])
             self.pos = i
@@ -597,7 +605,7 @@ class Machine:
                 run.phase = "payload"
                 return True
         if not run.header:
-            i = _WS_RUN.match(buf, pos).end()
+            i = _ws_run(buf, pos).end()
             if i > pos:
                 self._consume(run, i)
                 pos = i
@@ -728,6 +736,7 @@ class Machine:
                         return True
         pos = self.pos
         bal = run.bal
+        assert bal is not None  # set when the payload started
         bal.item_end = -1
         new, status = bal.scan(buf, pos, final)
         if bal.item_end >= 0:  # where the last complete element of an array ended
@@ -762,7 +771,7 @@ class Machine:
             from ._grammars import parse_payload
 
             try:
-                value = parse_payload(self.d, p.grammar, text)
+                value = parse_payload(self.d, cast(str, p.grammar), text)
             except NestingTooDeep:
                 self._malformed(run, _TOO_DEEP)
                 return True
@@ -979,6 +988,7 @@ class Machine:
 
     def _step_params(self, run: _CallRun, final: bool) -> bool:
         pd = run.c.payload.param
+        assert pd is not None  # a params payload has its param spec (lint checks it)
         buf, n = self.buf, len(self.buf)
         if run.key is None and not run.value_end:
             # between parameters: a parameter, the call's close, or the suffix
@@ -995,7 +1005,7 @@ class Machine:
                               run.c.close_table.is_prefix(rest)):
                 return False  # could still become the suffix or the close marker
             if suffix and buf.startswith(suffix, i):
-                self._consume(run, i + len(run.c.payload.suffix))
+                self._consume(run, i + len(suffix))
                 return True
             m = run.c.close_table.match(buf, i, final)
             if m is not None:
@@ -1063,7 +1073,7 @@ class Machine:
                     self._malformed(run, "param-value-missing")
                     return True
             run.value = []
-            run.value_end = pd.value_end(run.key, run.c.close)
+            run.value_end = pd.value_end(cast(str, run.key), run.c.close)
             return True
         return self._step_value(run, pd, final)
 
@@ -1071,7 +1081,7 @@ class Machine:
         buf, pos, n = self.buf, self.pos, len(self.buf)
         if run.confirming is not None:
             # a close tag was seen; it only counts if a structural tag follows it
-            i = _WS_RUN.match(buf, pos).end()
+            i = _ws_run(buf, pos).end()
             if i > pos:
                 run.confirming.append(self._consume(run, i))
             if i >= n and not final:
@@ -1085,6 +1095,7 @@ class Machine:
             run.confirming = None
             return self._end_value(run, pd)
         table = run.value_end
+        assert table is not None  # set when the value opened
         m = table.search(buf, pos, final)
         if m is None:
             end = n if final else n - table.holdback(buf, pos)
@@ -1110,7 +1121,7 @@ class Machine:
                 value = value[:-1]
         elif pd.trim == "strip":
             value = value.strip()
-        run.params.append((run.key, run.key_type, value))
+        run.params.append((cast(str, run.key), run.key_type, value))
         run.key = None
         run.key_type = None
         run.value = []
@@ -1140,11 +1151,12 @@ class Machine:
         p = run.c.payload
         repairs = list(run.repairs)
         if p.kind == "params" and not run.values:
-            schema = _properties(self.tools.get(run.name))
+            schema = _properties(self.tools.get(cast(str, run.name)))
+            types = cast(ParamDef, p.param).types
             args: dict[str, Any] = {}
             for key, declared_attr, raw in run.params:
-                declared = p.param.types.get(declared_attr) if declared_attr is not None else None
-                if declared_attr is not None and declared is None and p.param.types:
+                declared = types.get(declared_attr) if declared_attr is not None else None
+                if declared_attr is not None and declared is None and types:
                     declared = "json"
                 args[key] = read_value(raw, schema.get(key), declared)
             return self._escapes([(run.name, args, run.call_id, repairs)])

@@ -49,12 +49,14 @@ class MarkerTable:
         self.prefixes = frozenset(m[:k] for m in markers for k in range(1, len(m)))
         self.maxlen = max((len(m) for m in markers), default=0)
 
-    def search(self, buf: str, pos: int, final: bool = True) -> re.Match[str] | None:
-        """The leftmost (longest) marker from pos; while streaming, None if that match
-        could still grow into a longer marker (``` now, ```json once more text arrives)."""
+    def search(self, buf: str, pos: int, final: bool = True,
+               endpos: int | None = None) -> re.Match[str] | None:
+        """The leftmost (longest) marker from pos (and ending by endpos); while streaming,
+        None if that match could still grow into a longer marker (``` now, ```json once
+        more text arrives)."""
         if self.regex is None:
             return None
-        m = self.regex.search(buf, pos)
+        m = self.regex.search(buf, pos) if endpos is None else self.regex.search(buf, pos, endpos)
         if m is not None and not final and len(buf) - m.start() < self.maxlen \
                 and buf[m.start():] in self.prefixes:
             return None
@@ -174,6 +176,17 @@ class HeaderDef:
         chars = spec.get("chars")
         self.chars = re.compile(f"[{chars}]") if chars else None       # one allowed char
         self.foreign = re.compile(f"[^{chars}]") if chars else None    # any other char
+        self._with_exits: dict[int, tuple[MarkerTable, MarkerTable]] = {}
+
+    def ends_or_exits(self, exits: MarkerTable) -> MarkerTable:
+        """The header's end markers ("end", action) and the markers that leave the region
+        around the call ("exit",) in one table: one search finds whichever comes first."""
+        got = self._with_exits.get(id(exits))
+        if got is None or got[0] is not exits:
+            table = MarkerTable([(m, ("end", a)) for m, a in self.ends.actions.items()] +
+                                [(m, ("exit",)) for m in exits.actions])
+            got = self._with_exits[id(exits)] = (exits, table)
+        return got[1]
 
 
 class CallDef:

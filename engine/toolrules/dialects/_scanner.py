@@ -611,22 +611,32 @@ class Machine:
                 pos = i
             if i >= n:
                 return False
-        m = h.ends.search(buf, pos, final)
-        # how far the header is known to run, and where it would pass _MAX_HEADER
-        known = m.start() if m is not None else (n if final else n - h.ends.holdback(buf, pos))
+        # The header ends at its end marker - unless a marker of the surrounding region
+        # (the next call's open marker, a section or reasoning marker) comes first: then
+        # this was no call, and that marker is read again. One search finds the first of
+        # either, and only up to where the header would pass _MAX_HEADER (a marker that
+        # starts by `limit` ends by `window`): never a search to the end of the text per
+        # header, however many unfinished headers the text holds.
         limit = pos + _MAX_HEADER - run.hlen
-        # a marker of the surrounding region (the next call's open marker, a section or
-        # reasoning marker) inside a header: this was no call, that marker is read again
-        exits = run.ret.exits
-        x = exits.search(buf, pos, final) if exits.regex is not None else None
-        if x is not None and x.start() < known:
-            known = x.start()
-            if known <= limit:
-                run.header.append(self._consume(run, known))
-                self._passthrough(run, "call-header-interrupted")
-                return True
-        elif x is None and exits.regex is not None and not final:
-            known = min(known, n - exits.holdback(buf, pos))
+        table = h.ends_or_exits(run.ret.exits)
+        window = limit + table.maxlen
+        found = table.search(buf, pos, final, window)
+        m = None  # the header's end marker
+        if found is not None:
+            known = found.start()
+            what = table.actions[found.group()]
+            if what[0] == "end":
+                m = found
+            else:
+                m = h.ends.match(buf, known, final)  # an end marker there too wins
+                if m is None and known <= limit:
+                    run.header.append(self._consume(run, known))
+                    self._passthrough(run, "call-header-interrupted")
+                    return True
+        elif window < n:
+            known = window  # no end marker by the limit: too long
+        else:
+            known = n if final else n - table.holdback(buf, pos)
         if h.foreign is not None:  # a character no header holds: this is no call
             fm = h.foreign.search(buf, pos, min(known, limit))
             if fm is not None:
@@ -1029,10 +1039,15 @@ class Machine:
             # reading the key part up to key_until, then an optional value-open marker
             if run.key == "":
                 pos = self.pos
-                m = pd.key_until.search(buf, pos, final)
-                known = m.start() if m is not None else (
-                    n if final else n - pd.key_until.holdback(buf, pos))
                 limit = pos + _MAX_HEADER - run.hlen  # the same bound as a call header
+                window = limit + pd.key_until.maxlen
+                m = pd.key_until.search(buf, pos, final, window)
+                if m is not None:
+                    known = m.start()
+                elif window < n:
+                    known = window  # no end of the key by the limit: too long
+                else:
+                    known = n if final else n - pd.key_until.holdback(buf, pos)
                 if m is None or known > limit:
                     if known > limit:
                         run.header.append(self._consume(run, limit))

@@ -40,14 +40,18 @@ def _model_from_spec(spec: str, engine: Any, base_url: str | None) -> Any:
         fail(f"model {spec!r}: only scripted models can run here so far (HTTP providers and "
              "the local model are not built yet)",
              "use --model scripted:FILE.yaml with `model: ID` and `turns: [...]`", code=2)
-    if spec == "local":
-        return connect("local")
-    provider, sep, model = spec.partition(":")
-    if not sep or not provider or not model:
-        fail(f"model spec {spec!r} is not PROVIDER:MODEL, local or scripted:FILE.yaml",
-             "for example openai-compatible:qwen3:8b --base-url http://127.0.0.1:8080/v1",
-             code=2)
-    return connect(provider, model=model, base_url=base_url)
+    hint = "for example openai-compatible:qwen3:8b --base-url http://127.0.0.1:8080/v1"
+    try:
+        if spec == "local":
+            return connect("local", engine=engine)
+        provider, sep, model = spec.partition(":")
+        if not sep or not provider or not model:
+            fail(f"model spec {spec!r} is not PROVIDER:MODEL, local or scripted:FILE.yaml",
+                 hint, code=2)
+        return connect(provider, model=model, base_url=base_url, engine=engine)
+    except (ValueError, TypeError, KeyError) as exc:
+        fail(f"model {spec!r}: {str(exc).strip(chr(39))}", hint, code=2)
+    raise AssertionError("unreachable")
 
 
 def _executor(engine: Any, workspace: str | None, trust: str, allowed: tuple[str, ...],

@@ -320,3 +320,142 @@ def test_type_value_keeps_deep_text_raw_and_read_value_refuses_it():
         read_value(deep, {"type": "array"})
     assert read_value("[[1]]", {"type": "array"}) == [[1]]
     assert read_value(deep, {"type": "string"}) == deep  # a string is never decoded
+
+
+# ---------------------------------------------------------------- grammar payloads
+
+def _lark_reading(lark, text):
+    """What Lark itself makes of a payload: its parse, then tree_to_value."""
+    from lark.exceptions import LarkError
+
+    from toolrules.dialects._grammars import tree_to_value
+
+    try:
+        return ("value", tree_to_value(lark.parse(text)))
+    except (LarkError, ValueError) as exc:
+        return ("error", type(exc).__name__ if not isinstance(exc, LarkError) else "")
+
+
+def _fast_reading(lark, text):
+    from toolrules.dialects._grammars import _reader
+
+    reader = _reader(lark)
+    assert reader is not None, "the LALR driver could not read this Lark parser"
+    try:
+        return ("value", reader.parse(text))
+    except ValueError as exc:
+        return ("error", type(exc).__name__ if type(exc) is not ValueError else "")
+
+
+def _grammar_dialects(engine):
+    return [(name, g) for name in sorted(engine.ruleset.ids("dialect"))
+            for g in sorted(engine.dialect(name).grammars)]
+
+
+def test_grammar_driver_reads_golden_payloads_like_lark(engine, monkeypatch):
+    """The payload reader (an LALR driver over Lark's tables) gives what Lark's own parse
+    plus tree_to_value gives, on every grammar payload of every golden case."""
+    from toolrules.dialects import _grammars
+
+    seen = []
+    original = _grammars.parse_payload
+
+    def spy(dialect, grammar, text):
+        seen.append((dialect.grammar_parsers[grammar], text))
+        return original(dialect, grammar, text)
+
+    monkeypatch.setattr(_grammars, "parse_payload", spy)
+    for dialect, data, case in (p.values for p in _cases()):
+        _parser(engine, dialect, data, case).parse(case["text"],
+                                                   finish_reason=case.get("finish_reason", "stop"))
+    assert len(seen) > 30
+    for lark, text in seen:
+        want = _lark_reading(lark, text)
+        got = _fast_reading(lark, text)
+        if want[0] == "error":
+            assert got[0] == "error", (text, got)
+        else:
+            assert got == want, text
+
+
+_GRAMMAR_PIECES = ["[", "]", "(", ")", "{", "}", ",", "=", ":", " ", "\n", "f", "get_x", "a",
+                   "b_c", "1", "-2.5", "1e3", '"s"', "'t'", '"a\\"b"', "'\\n'", '<|"|>r, {x}<|"|>',
+                   "True", "False", "None", "true", "false", "null", "\\_", "'f()'", '"g(a=1)"',
+                   "call:", "x y"]
+
+
+def test_grammar_driver_reads_arbitrary_payloads_like_lark(engine):
+    pairs = _grammar_dialects(engine)
+    assert pairs
+
+    @settings(max_examples=400, deadline=None)
+    @given(st.sampled_from(pairs), st.lists(st.sampled_from(_GRAMMAR_PIECES), max_size=25))
+    def check(pair, parts):
+        dialect, grammar = pair
+        lark = engine.dialect(dialect).grammar_parsers[grammar]
+        text = "".join(parts)
+        want, got = _lark_reading(lark, text), _fast_reading(lark, text)
+        if want[0] == "error":
+            assert got[0] == "error", (grammar, text, got)
+        else:
+            assert got == want, (grammar, text)
+
+    check()
+
+
+def _py_values():
+    scalars = st.one_of(
+        st.integers(-10**6, 10**6).map(str), st.floats(allow_nan=False, allow_infinity=False,
+                                                        width=32).map(repr),
+        st.text(st.characters(blacklist_categories=["Cs"]), max_size=6).map(repr),
+        st.sampled_from(["True", "False", "None", "true", "false", "null"]))
+    return st.recursive(scalars, lambda inner: st.one_of(
+        st.lists(inner, max_size=4).map(lambda xs: "[" + ", ".join(xs) + "]"),
+        st.lists(inner, max_size=3).map(lambda xs: "(" + ", ".join(xs) + ("," if len(xs) == 1
+                                                                          else "") + ")"),
+        st.lists(st.tuples(inner, inner), max_size=3).map(
+            lambda kv: "{" + ", ".join(f"{k}: {v}" for k, v in kv) + "}")), max_leaves=12)
+
+
+def _gemma_values():
+    scalars = st.one_of(st.integers(-999, 999).map(str),
+                        st.sampled_from(["true", "false", "null"]),
+                        st.text(st.characters(blacklist_categories=["Cs"]), max_size=6).map(
+                            lambda t: '<|"|>' + t.replace("<|", "") + '<|"|>'))
+    return st.recursive(scalars, lambda inner: st.one_of(
+        st.lists(inner, max_size=4).map(lambda xs: "[" + ",".join(xs) + "]"),
+        st.lists(st.tuples(st.from_regex(r"[a-z][a-z_ -]{0,5}", fullmatch=True), inner),
+                 max_size=3).map(lambda kv: "{" + ",".join(f"{k}:{v}" for k, v in kv) + "}")),
+        max_leaves=12)
+
+
+_NAMES = st.from_regex(r"[a-z_][a-z0-9_.]{0,8}", fullmatch=True)
+
+
+def test_grammar_driver_reads_well_formed_payloads_like_lark(engine):
+    """Well-formed call lists and object literals (random values, nested): the same values."""
+    pairs = _grammar_dialects(engine)
+    kwargs = st.lists(st.tuples(_NAMES, _py_values()), max_size=3).map(
+        lambda kv: ", ".join(f"{k}={v}" for k, v in kv))
+    calls = st.lists(st.tuples(_NAMES, kwargs).map(lambda c: f"{c[0]}({c[1]})"), min_size=1,
+                     max_size=3)
+    pythonic = calls.map(lambda cs: "[" + ", ".join(cs) + "]")
+    gemma = _gemma_values().filter(lambda t: t.startswith("{"))
+
+    @settings(max_examples=300, deadline=None)
+    @given(st.sampled_from(pairs), pythonic, gemma)
+    def check(pair, py_text, gemma_text):
+        dialect, grammar = pair
+        lark = engine.dialect(dialect).grammar_parsers[grammar]
+        values = 0
+        for text in (py_text, gemma_text):
+            want, got = _lark_reading(lark, text), _fast_reading(lark, text)
+            if want[0] == "error":
+                assert got[0] == "error", (grammar, text, got)
+            else:
+                values += 1
+                assert got == want, (grammar, text)
+        assert values >= 1 or grammar not in ("pythonic.lark", "gemma4.lark"), (grammar,
+                                                                                   py_text)
+
+    check()

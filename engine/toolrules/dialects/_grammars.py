@@ -11,6 +11,12 @@ new grammar needs no code:
     name / key -> text (stripped)
 
 `%import common.X` works as usual; grammars/common.lark holds shared terminals.
+
+Payloads are read by a small LALR driver over Lark's own tables and contextual lexers
+that builds the values during the parse (`_Reader`): Lark's parser is generic and slow
+per token (about 5 ms per KB of a value like [[1],[1],...]); the driver reads the same
+language, token for token, at a fraction of that. Should Lark's internals ever not be
+what the driver expects, payloads go through Lark's own parse and `tree_to_value`.
 """
 
 from __future__ import annotations
@@ -115,6 +121,211 @@ def tree_to_value(node: Any, depth: int = 0) -> Any:
     raise ValueError(f"grammar rule {kind!r} is not in the value vocabulary")
 
 
+class _KwArg(tuple):
+    """(key, value) of a keyword argument: a call takes these and nothing else."""
+
+
+# The value vocabulary as rule callbacks: each rule's value from its children's values
+# (what tree_to_value gives for the same tree).
+
+def _first(kids: list[Any]) -> Any:
+    return kids[0] if kids else None
+
+
+def _same(kids: list[Any]) -> list[Any]:
+    return kids
+
+
+def _call(kids: list[Any]) -> tuple[str, dict[str, Any]]:
+    name = kids[0]
+    if not isinstance(name, str):
+        raise ValueError("a call's name is not text")
+    args: dict[str, Any] = {}
+    for k in kids[1:]:
+        if type(k) is not _KwArg:
+            raise ValueError("positional arguments are not tool arguments")
+        args[k[0]] = k[1]
+    return (name.strip(), args)
+
+
+def _pair(kids: list[Any]) -> tuple[str, Any]:
+    key = kids[0]  # a quoted key keeps its spaces, bare ones trimmed
+    return (key if isinstance(key, str) else json.dumps(key), kids[1])
+
+
+def _kwarg(kids: list[Any]) -> _KwArg:
+    return _KwArg(_pair(kids))
+
+
+def _name(kids: list[Any]) -> str:  # a delimited key is taken as is, a bare one trimmed
+    m = _DELIMITED.fullmatch(kids[0])
+    return m.group(2) if m else str(kids[0]).strip()
+
+
+_VOCABULARY: dict[str, Any] = {
+    "start": _first, "value": _first, "calls": _same, "call": _call, "kwarg": _kwarg,
+    "pair": _pair, "object": dict, "dict": dict, "array": _same, "list": _same,
+    "tuple": _same, "string": lambda kids: _unquote(kids[0]),
+    "rawstring": lambda kids: _raw(kids[0]), "number": lambda kids: _number(kids[0]),
+    "true": lambda kids: True, "false": lambda kids: False, "null": lambda kids: None,
+    "name": _name, "key": _name,
+}
+
+
+class _Inline:
+    """The node of a helper rule (`_x`, and the rules Lark makes for x*): its parent rule
+    takes its children in place (what Lark's child filters read: `.children`)."""
+
+    __slots__ = ("children",)
+
+    def __init__(self, children: list[Any]):
+        self.children = children
+
+
+def _not_in_vocabulary(name: str) -> Any:
+    def refuse(children: list[Any]) -> Any:
+        raise ValueError(f"grammar rule {name!r} is not in the value vocabulary")
+    return refuse
+
+
+def _callbacks(lark: Any) -> dict[Any, Any]:
+    """Each rule's callback: Lark's own shaping (which children a rule keeps, inlined
+    helpers, `?rule` single children) around the value vocabulary - what
+    `ParseTreeBuilder.create_callback` builds, with values in place of trees."""
+    out = {}
+    for rule, chain in lark._parse_tree_builder.rule_builders:
+        name = str(rule.alias or rule.options.template_source or rule.origin.name)
+        if name.startswith("_"):
+            f: Any = _Inline
+        elif name in _VOCABULARY:
+            f = _VOCABULARY[name]
+        else:
+            f = _not_in_vocabulary(name)
+        for wrap in chain:
+            f = wrap(f)
+        out[rule] = f
+    return out
+
+
+class _State:
+    """One LALR state: what each symbol does here, and the lexer for the next token."""
+
+    __slots__ = ("actions", "ignore", "match", "special")
+
+    def __init__(self) -> None:
+        # per symbol name (plain str keys: Lark's are Tokens, whose __eq__ is Python
+        # code): (None, next state) to shift or go to, (callback, size, rule name) to reduce
+        self.actions: dict[str, tuple[Any, ...]] = {}
+        self.match: Any = None
+        self.ignore: frozenset[str] = frozenset()
+        self.special: dict[str, Any] = {}
+
+
+def _first_match(mres: tuple[Any, ...]) -> Any:
+    """Lark splits a lexer of more than 100 terminals over several regexes."""
+    def match(text: str, pos: int) -> Any:
+        for mre in mres:
+            m = mre.match(text, pos)
+            if m is not None:
+                return m
+        return None
+    return match
+
+
+class _Reader:
+    """An LALR driver over a Lark parser's tables, contextual lexers and tree shaping
+    (which children a rule keeps, which rules inline), with the value vocabulary as
+    the rules' callbacks: no Token or Tree objects, no second pass over a tree."""
+
+    __slots__ = ("end", "start")
+
+    def __init__(self, lark: Any):
+        from lark.parsers.lalr_analysis import Shift
+
+        frontend = lark.parser
+        table = frontend.parser.parser.parse_table
+        callbacks = _callbacks(lark)
+        states = {index: _State() for index in table.states}
+        for index, row in table.states.items():
+            states[index].actions = {
+                str(sym): (None, states[arg]) if action is Shift else
+                (callbacks[arg], len(arg.expansion), str(arg.origin.name))
+                for sym, (action, arg) in row.items()}
+        for index, basic in frontend.lexer.lexers.items():
+            scanner = basic.scanner  # builds the lexer's regexes and keyword callbacks
+            st = states[index]
+            mres = tuple(scanner._mres)
+            st.match = mres[0].match if len(mres) == 1 else _first_match(mres)
+            st.ignore = frozenset(basic.ignore_types)
+            st.special = dict(basic.callback)
+            if any(type(f).__name__ != "UnlessCallback" for f in st.special.values()):
+                raise TypeError("lexer callbacks this reader does not know")
+        self.start = states[table.start_states["start"]]
+        self.end = states[table.end_states["start"]]
+
+    def parse(self, text: str) -> Any:
+        from lark import Token
+
+        end = self.end
+        st = self.start
+        stack = [st]
+        values: list[Any] = []
+        pos, n = 0, len(text)
+        while True:
+            if pos < n:
+                m = st.match(text, pos)
+                if m is None:
+                    raise ValueError(f"unexpected character {text[pos]!r} at {pos}")
+                value: Any = m.group()
+                kind = m.lastgroup
+                pos = m.end()
+                if kind in st.special:  # a keyword its regex terminal also matched
+                    kind = st.special[kind](Token(kind, value)).type
+                if kind in st.ignore:
+                    continue
+            else:
+                kind, value = "$END", ""
+            while True:
+                entry = st.actions.get(kind)
+                if entry is None:
+                    raise ValueError(f"unexpected {kind} at {pos}")
+                callback = entry[0]
+                if callback is None:  # shift
+                    if kind == "$END":
+                        raise ValueError("unexpected end")
+                    st = entry[1]
+                    stack.append(st)
+                    values.append(value)
+                    break
+                size = entry[1]
+                if size:
+                    kids = values[-size:]
+                    del stack[-size:]
+                    del values[-size:]
+                else:
+                    kids = []
+                reduced = callback(kids)
+                st = stack[-1].actions[entry[2]][1]
+                stack.append(st)
+                values.append(reduced)
+                if kind == "$END" and st is end:
+                    return values[-1]
+
+
+_READERS: dict[int, tuple[Any, _Reader | None]] = {}
+
+
+def _reader(lark: Any) -> _Reader | None:
+    got = _READERS.get(id(lark))
+    if got is None or got[0] is not lark:
+        try:
+            reader: _Reader | None = _Reader(lark)
+        except (AttributeError, KeyError, TypeError, ImportError):  # other Lark internals
+            reader = None
+        got = _READERS[id(lark)] = (lark, reader)
+    return got[1]
+
+
 def parse_payload(dialect: Any, grammar: str, text: str) -> Any:
     """Parse `text` with the dialect's grammar; ValueError when it does not fit."""
     from lark.exceptions import LarkError
@@ -122,6 +333,9 @@ def parse_payload(dialect: Any, grammar: str, text: str) -> Any:
     parser = dialect.grammar_parsers.get(grammar)
     if parser is None:
         raise ValueError(f"grammar {grammar!r} is not loaded")
+    reader = _reader(parser)
+    if reader is not None:
+        return reader.parse(text)
     try:
         tree = parser.parse(text)
     except LarkError as exc:

@@ -1,6 +1,6 @@
 """Executing tools: the registry, the policy-enforcing executor, the workspace jail, the
 built-in tools and the audit log (seed 002 RFC-012, seed 003); the tool loop that carries
-a task to a final answer, its events, trace and replay.
+a task to a final answer, its events, trace and replay; the chat session on top of it.
 
 Policies and built-in tool definitions are rules (rules/policies/, rules/tools/);
 this package enforces them around real files and processes.
@@ -18,18 +18,22 @@ from ._jail import Jail
 from ._loop import TOOL_USE_MODES, ToolLoop
 from ._registry import RegisteredTool, ToolRegistry, parse_docstring
 from ._replay import Divergence, ReplayReport, replay, turns_from_trace
+from ._session import ChatSession, ModelInfo, ModelSwitch, capability_changes
 from ._trace import Trace
 
 __all__ = [
     "STOP_REASONS",
     "TOOL_USE_MODES",
     "AuditLog",
+    "ChatSession",
     "Decision",
     "Divergence",
     "Jail",
     "LoopEvent",
     "LoopEventType",
     "LoopOutcome",
+    "ModelInfo",
+    "ModelSwitch",
     "Policy",
     "PolicyRefusal",
     "RateLimiter",
@@ -42,6 +46,7 @@ __all__ = [
     "ToolRegistry",
     "Trace",
     "builtin_tools",
+    "capability_changes",
     "envelope_of",
     "parse_docstring",
     "policy_rules",

@@ -18,7 +18,7 @@ import re
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from ._jsonscan import BalancedSpec
+from ._jsonscan import BalancedSpec, first_chars, holdback
 
 __all__ = ["CallDef", "Dialect", "HeaderDef", "MarkerTable", "ParamDef", "PayloadDef",
            "Region", "RouteDef", "check_rules", "compile_dialect"]
@@ -38,7 +38,7 @@ def _as_list(value: Any) -> list[str]:
 class MarkerTable:
     """Literal markers of one region or phase, each bound to an action."""
 
-    __slots__ = ("actions", "maxlen", "prefixes", "regex")
+    __slots__ = ("actions", "firsts", "maxlen", "prefixes", "regex")
 
     def __init__(self, pairs: Iterable[tuple[str, Any]] = ()):
         self.actions: dict[str, Any] = {}
@@ -48,6 +48,7 @@ class MarkerTable:
         self.regex = re.compile("|".join(re.escape(m) for m in markers)) if markers else None
         self.prefixes = frozenset(m[:k] for m in markers for k in range(1, len(m)))
         self.maxlen = max((len(m) for m in markers), default=0)
+        self.firsts = first_chars(self.prefixes)
 
     def search(self, buf: str, pos: int, final: bool = True,
                endpos: int | None = None) -> re.Match[str] | None:
@@ -73,12 +74,7 @@ class MarkerTable:
 
     def holdback(self, buf: str, start: int) -> int:
         """Length of the longest tail of buf[start:] that could begin a marker."""
-        if not self.prefixes:
-            return 0
-        for k in range(min(self.maxlen - 1, len(buf) - start), 0, -1):
-            if buf[-k:] in self.prefixes:
-                return k
-        return 0
+        return holdback(buf, start, self.prefixes, self.firsts, self.maxlen)
 
     def is_prefix(self, text: str) -> bool:
         return text in self.prefixes

@@ -21,8 +21,9 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["MAX_DEPTH", "Balanced", "BalancedSpec", "NestingTooDeep", "RepairFailed", "loads",
-           "loads_strict", "repair_json", "too_deep", "unescape"]
+__all__ = ["MAX_DEPTH", "Balanced", "BalancedSpec", "NestingTooDeep", "RepairFailed",
+           "first_chars", "holdback", "loads", "loads_strict", "repair_json", "too_deep",
+           "unescape"]
 
 MAX_DEPTH = 64
 """The deepest bracket nesting a value read from model output may have. Real arguments
@@ -38,6 +39,28 @@ class Quote:
     open: str
     close: str
     escapes: bool
+
+
+def first_chars(prefixes: Iterable[str]) -> re.Pattern[str] | None:
+    chars = sorted({p[0] for p in prefixes})
+    return re.compile("[" + "".join(map(re.escape, chars)) + "]") if chars else None
+
+
+def holdback(buf: str, start: int, prefixes: frozenset[str], firsts: re.Pattern[str] | None,
+             maxlen: int) -> int:
+    """Length of the longest tail of buf[start:] in `prefixes` (proper prefixes of tokens
+    at most `maxlen` long; `firsts` matches their first characters). Runs once per delta:
+    one regex search for a possible first character, not a slice per tail length."""
+    if firsts is None:
+        return 0
+    n = len(buf)
+    m = firsts.search(buf, max(start, n - maxlen + 1))
+    while m is not None:
+        i = m.start()
+        if buf[i:] in prefixes:
+            return n - i
+        m = firsts.search(buf, i + 1)
+    return 0
 
 
 class BalancedSpec:
@@ -56,15 +79,13 @@ class BalancedSpec:
             re.compile((r"\\.|\\\Z|" if q.escapes else "") + re.escape(q.close), re.S)
             for q in self.quotes)
         tokens = [q.open for q in self.quotes] + list(self.stops)
-        self.prefixes = {t[:k] for t in tokens for k in range(1, len(t))}
+        self.prefixes = frozenset(t[:k] for t in tokens for k in range(1, len(t)))
         self.maxlen = max((len(t) for t in tokens), default=1)
         self.quote_open = {q.open: i for i, q in enumerate(self.quotes)}
+        self.firsts = first_chars(self.prefixes)
 
     def holdback(self, buf: str, start: int) -> int:
-        for k in range(min(self.maxlen - 1, len(buf) - start), 0, -1):
-            if buf[-k:] in self.prefixes:
-                return k
-        return 0
+        return holdback(buf, start, self.prefixes, self.firsts, self.maxlen)
 
 
 class Balanced:

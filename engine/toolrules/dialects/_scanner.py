@@ -45,6 +45,7 @@ _TOO_DEEP = "nesting-too-deep"  # a value nested past MAX_DEPTH: the call is kep
 
 _TEXT = StreamChunkType.TEXT
 _REASONING = StreamChunkType.REASONING
+_PROGRESS = StreamChunkType.TOOL_PROGRESS
 
 
 def next_call_id(index: int, sequential: bool) -> str:
@@ -115,7 +116,7 @@ class Sink:
         ch.started = True
         ch.parts.append(s)
         if self.streaming:
-            self.out.append(StreamChunk(ch.chunk, content=s))
+            self.out.append(StreamChunk(ch.chunk, s))
 
     def has_content(self) -> bool:
         return self.content.started
@@ -164,9 +165,8 @@ class Sink:
                                         tool_call_id=call_id, tool_name=name, arguments=arguments))
 
     def progress(self, name: str | None, fragment: str) -> None:
-        if self.streaming and fragment and not self.muted:
-            self.out.append(StreamChunk(StreamChunkType.TOOL_PROGRESS, index=len(self.calls),
-                                        tool_name=name, args_delta=fragment))
+        if self.streaming and fragment and not self.muted:  # per delta: positional is faster
+            self.out.append(StreamChunk(_PROGRESS, None, len(self.calls), None, name, fragment))
 
     def warn(self, message: str) -> None:
         if not self.muted and message not in self.warnings:
@@ -751,10 +751,12 @@ class Machine:
         new, status = bal.scan(buf, pos, final)
         if bal.item_end >= 0:  # where the last complete element of an array ended
             run.item_end = run.plen + bal.item_end - pos
-        frag = self._consume(run, new)
-        if frag:
+        if new > pos:  # what _consume does, inline: this runs once per delta
+            frag = buf[pos:new]
+            self.pos = new
+            run.raw.append(frag)
             run.payload.append(frag)
-            run.plen += len(frag)
+            run.plen += new - pos
             if self.sink.streaming:
                 if run.name is None and p.fields is not None and run.probe < _PROBE_CHARS:
                     run.probe += len(frag)  # a UI wants the name early: look near the start

@@ -27,6 +27,7 @@ from .providers._part import ProvidersPart
 from .providers._rules import check_rules as _check_providers
 from .providers._transport import check_rules as _check_transport
 from .rules import _default
+from .rules._eval_rules import check_rules as _check_evals
 from .rules._lint import CrossCheck, lint
 from .rules._loader import RuleSet, cache_read, cache_write, discover, layers_for
 from .rules._loop_rules import check_rules as _check_loop
@@ -49,7 +50,7 @@ T = TypeVar("T")
 # Every concern's cross-checks between rule files, in the order lint reports them.
 CROSS_CHECKS: tuple[CrossCheck, ...] = (
     _check_models, _check_providers, _check_transport, _check_dialects, _check_tables,
-    _check_emulation, _check_loop, _check_policies)
+    _check_emulation, _check_loop, _check_policies, _check_evals)
 
 
 def lint_rules(rs: RuleSet, thorough: bool = True) -> list[Problem]:

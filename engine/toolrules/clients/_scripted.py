@@ -251,9 +251,12 @@ class ScriptedModel:
                 message["tool_calls"] = calls
             body = {"choices": [{"index": 0, "message": message,
                                  "finish_reason": finish or ("tool_calls" if calls else "stop")}]}
+        # sequential ids for calls read from the content (a text fallback): a replay of
+        # the same script must produce the same conversation
         parsed = self.engine.parse_response(body, provider=self.provider, tools=tools or None,
-                                            model=self.model)
-        return ParsedResponse(parsed.content, parsed.reasoning_content, parsed.tool_calls,
+                                            model=self.model, ids="sequential")
+        return ParsedResponse(parsed.content, parsed.reasoning_content,
+                              _renumbered(parsed.tool_calls, number),
                               parsed.finish_reason, parsed.repairs, message, parsed.warnings)
 
 

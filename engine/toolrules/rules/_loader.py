@@ -7,6 +7,7 @@ A *layer* is a directory laid out like the bundled `rules/`:
     <layer>/dialects/*.yaml    raw-text call formats    (kind "dialect")
     <layer>/policies/*.yaml    execution policies       (kind "policy")
     <layer>/tools/*.yaml       tool definitions         (kind "toolset")
+    <layer>/scenarios/*.yaml   evaluation scenarios     (kind "scenario")
     <layer>/*.yaml             cross-cutting tables     (kind "table", id = file stem)
     <layer>/templates/**       Jinja templates          (bundled: the repo's templates/)
     <layer>/grammars/*.lark    Lark grammars            (bundled: the repo's grammars/)
@@ -32,7 +33,7 @@ from ._yaml import YamlProblem, load_yaml, plain
 __all__ = ["Asset", "Layer", "RuleFile", "RuleSet", "bundled_layer", "discover", "layers_for"]
 
 KIND_DIRS = {"models": "model", "providers": "provider", "dialects": "dialect",
-             "policies": "policy", "tools": "toolset"}
+             "policies": "policy", "tools": "toolset", "scenarios": "scenario"}
 MAX_RULE_FILE_BYTES = 1 << 20
 
 

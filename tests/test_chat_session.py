@@ -185,6 +185,16 @@ def test_switching_models_reports_the_capability_changes(ws, tmp_path):
     assert session.model.requests[0].prompt  # emulated: the tools went in a prompt
 
 
+def test_capability_values_print_short():
+    from toolrules.runtime._session import _value
+
+    assert _value("context_window", 8192) == "8,192 tokens"
+    assert _value("parallel_tools", False) == "no" and _value("dialect", None) == "-"
+    assert _value("quirks", ("a", "b")) == "a, b"
+    long = _value("chat_template", "x\n" * 100)
+    assert len(long) == 60 and long.endswith("...") and "\n" not in long
+
+
 def test_the_same_capabilities_mean_no_changes():
     a = model_info("a", ScriptedModel([], model=QWEN, engine=ENGINE), ENGINE)
     b = model_info("b", ScriptedModel([], model="Qwen/Qwen3-14B", engine=ENGINE), ENGINE)

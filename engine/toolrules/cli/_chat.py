@@ -13,7 +13,7 @@ import contextlib
 import os
 import signal
 import sys
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -190,7 +190,7 @@ class _Chat:
         self.screen = screen
         self.reader = reader
         self.debug = debug
-        self.handlers: dict[str, Callable[[str], Awaitable[bool] | bool]] = {
+        self.handlers: dict[str, Callable[[str], bool]] = {
             "help": self.cmd_help, "tools": self.cmd_tools, "trust": self.cmd_trust,
             "model": self.cmd_model, "save": self.cmd_save, "history": self.cmd_history,
             "clear": self.cmd_clear, "exit": self.cmd_exit}
@@ -231,10 +231,7 @@ class _Chat:
                                      (f"::{parsed.command}" if parsed.command else "::", "bold"))
                     self.cmd_help("")
                     continue
-                done = handler(parsed.args)
-                if asyncio.iscoroutine(done):
-                    done = await done
-                if done:
+                if handler(parsed.args):  # True: leave
                     return 0
                 continue
             if parsed.raw:

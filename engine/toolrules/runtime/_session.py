@@ -210,9 +210,9 @@ def _value(name: str, value: Any) -> str:
     if isinstance(value, int):
         return f"{value:,} tokens" if name in ("context_window", "max_output_tokens") \
             else str(value)
-    if isinstance(value, tuple):
-        return ", ".join(str(v) for v in value)
-    return str(value)
+    text = ", ".join(str(v) for v in value) if isinstance(value, tuple) else str(value)
+    text = " ".join(text.split())
+    return text if len(text) <= 60 else text[:57] + "..."  # a value, not a document
 
 
 def model_info(spec: str, client: Any, engine: Any = None) -> ModelInfo:

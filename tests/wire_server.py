@@ -84,6 +84,7 @@ def aws_event_reply(events: list[dict[str, Any]], **kw: Any) -> Reply:
 class _Server(ThreadingHTTPServer):
     daemon_threads = True
     block_on_close = False
+    request_queue_size = 128  # concurrent clients (the default backlog of 5 resets some)
 
     def handle_error(self, request: Any, client_address: Any) -> None:
         pass  # a client that gave up (timeouts) is part of the tests
@@ -93,9 +94,11 @@ class WireServer:
     """`with WireServer() as srv:` ... `srv.url`, `srv.replies.append(Reply(...))`,
     `srv.requests`."""
 
-    def __init__(self) -> None:
+    def __init__(self, responder: Any = None) -> None:
         self.replies: deque[Reply] = deque()
         self.requests: list[Seen] = []
+        # responder(seen) -> Reply: a reply made from the request (when none is scripted)
+        self.responder = responder
         outer = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -127,11 +130,15 @@ class WireServer:
         length = int(h.headers.get("Content-Length") or 0)
         body = h.rfile.read(length) if length else b""
         parts = urlsplit(h.path)
-        self.requests.append(Seen(h.command, parts.path, parse_qs(parts.query),
-                                  {k.lower(): v for k, v in h.headers.items()}, body,
-                                  time.monotonic()))
-        reply = self.replies.popleft() if self.replies else Reply(
-            status=500, body=b'{"error": {"message": "no reply scripted"}}')
+        seen = Seen(h.command, parts.path, parse_qs(parts.query),
+                    {k.lower(): v for k, v in h.headers.items()}, body, time.monotonic())
+        self.requests.append(seen)
+        if self.replies:
+            reply = self.replies.popleft()
+        elif self.responder is not None:
+            reply = self.responder(seen)
+        else:
+            reply = Reply(status=500, body=b'{"error": {"message": "no reply scripted"}}')
         if reply.delay:
             time.sleep(reply.delay)
         try:

@@ -31,6 +31,7 @@ from .rules._eval_rules import check_rules as _check_evals
 from .rules._lint import CrossCheck, lint
 from .rules._loader import RuleSet, cache_read, cache_write, discover, layers_for
 from .rules._loop_rules import check_rules as _check_loop
+from .rules._serve_rules import check_rules as _check_serve
 from .rules._tables import check_rules as _check_tables
 
 if TYPE_CHECKING:
@@ -41,6 +42,7 @@ if TYPE_CHECKING:
     from .dialects._parser import TextParser
     from .emulation._rules import EmulationPrompt, EmulationStyle
     from .models._rules import Resolution
+    from .providers._front import Front
     from .providers._rules import Provider
 
 __all__ = ["CROSS_CHECKS", "Engine", "lint_rules", "load"]
@@ -50,7 +52,7 @@ T = TypeVar("T")
 # Every concern's cross-checks between rule files, in the order lint reports them.
 CROSS_CHECKS: tuple[CrossCheck, ...] = (
     _check_models, _check_providers, _check_transport, _check_dialects, _check_tables,
-    _check_emulation, _check_loop, _check_policies, _check_evals)
+    _check_emulation, _check_loop, _check_policies, _check_evals, _check_serve)
 
 
 def lint_rules(rs: RuleSet, thorough: bool = True) -> list[Problem]:
@@ -180,10 +182,34 @@ class Engine:
         return self._providers.response_stream(provider, tools, model, strict=strict, ids=ids)
 
     def build_response(self, parsed: Any, provider: str, model: str | None = None, *,
-                       response_id: str | None = None, created: int | None = None
-                       ) -> dict[str, Any]:
-        """A ParsedResponse -> a response body in `provider`'s format (for proxies)."""
-        return self._providers.build_response(parsed, provider, model, response_id=response_id, created=created)
+                       response_id: str | None = None, created: int | None = None,
+                       usage: dict[str, Any] | None = None) -> dict[str, Any]:
+        """A ParsedResponse -> a response body in `provider`'s format (for proxies).
+        `usage`: {input_tokens, output_tokens} for the body's usage fields."""
+        return self._providers.build_response(parsed, provider, model, response_id=response_id,
+                                              created=created, usage=usage)
+
+    def sends_native_tools(self, model: str | None) -> bool:
+        """Does build_request send `model` its tools natively (else: the emulation prompt)?
+        Ids no family rule knows go natively unless an override says otherwise."""
+        return self._providers.sends_native_tools(model)
+
+    def simplify_tools(self, tools: Any, model: str | None = None, *,
+                       strategy: str | None = None
+                       ) -> tuple[tuple[Tool, ...], Callable[[ToolCall], ToolCall]]:
+        """Tools through the model's schema strategy (capability `schema_strategy`) or the
+        named `strategy` (seed 004 approach 1): the simplified tools, and a function that
+        gives a call made against them back in the original schema's shape."""
+        return self._providers.simplify_tools(tools, model, strategy=strategy)
+
+    def front(self, provider: str) -> Front:
+        """How a proxy serves `provider`'s API to clients: reading requests, error bodies,
+        the stream's event grammar (the rule's `serve:` section)."""
+        return self._providers.front(provider)
+
+    def response_usage(self, body: Any, provider: str) -> dict[str, Any] | None:
+        """The token counts a response body reports, as {input_tokens, output_tokens}."""
+        return self._providers.response_usage(body, provider)
 
     # ------------------------------------------------------------ emulation prompts and templates (rules/emulation.yaml, templates/)
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from . import _dialects, _emulation, _models, _providers, _runtime
+from . import _dialects, _emulation, _models, _providers, _runtime, _serve
 
 __all__ = ["SECTIONS"]
 
@@ -21,4 +21,5 @@ SECTIONS: tuple[tuple[str, Section], ...] = (
     ("providers", _providers.bench),
     ("emulation", _emulation.bench),
     ("runtime", _runtime.bench),
+    ("serve", _serve.bench),
 )

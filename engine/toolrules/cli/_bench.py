@@ -8,12 +8,16 @@ __all__ = ["COMMANDS"]
 
 
 @click.command()
+@click.argument("sections", nargs=-1)
 @click.option("--quick", is_flag=True, help="Fewer repetitions.")
 @click.option("--only", multiple=True, help="Run only these sections (models, dialects ...).")
-def bench(quick: bool, only: tuple[str, ...]) -> None:
-    """Measure load time, lookups, parsing, streaming and rendering (figures, not pass/fail)."""
+def bench(sections: tuple[str, ...], quick: bool, only: tuple[str, ...]) -> None:
+    """Measure load time, lookups, parsing, streaming and rendering (figures, not pass/fail).
+    SECTIONS (or --only) picks sections: `toolrules bench serve`."""
     from .._engine import load
     from ..bench import SECTIONS
+
+    only = (*only, *sections)
 
     engine = load(use_env=False)
     for section, run in SECTIONS:

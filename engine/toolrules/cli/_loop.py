@@ -229,6 +229,20 @@ def replay(trace_file: str, workspace: str | None, trust: str | None, as_json: b
 
     engine = get_engine(rule_paths)
     trace = Trace.load(trace_file)
+    if trace.records[0].get("source") == "serve":  # a proxy's trace: its exchange again
+        from ..serve._replay import replay_serve_trace
+
+        found = asyncio.run(replay_serve_trace(trace, engine))
+        if as_json:
+            click.echo(json.dumps({"ok": found.ok, "turns": found.turns, "calls": found.calls,
+                                   "divergences": list(found.divergences)}, indent=2))
+        else:
+            for line in found.divergences:
+                click.echo(f"divergence: {line}")
+            verdict = "no divergence" if found.ok else f"{len(found.divergences)} divergence(s)"
+            click.echo(f"{verdict}: {found.turns} recorded upstream turn(s), {found.calls} "
+                       "call(s) replayed through the proxy's exchange")
+        sys.exit(0 if found.ok else 1)
     info = trace.records[0].get("executor") or {}
     executor = _executor(engine, workspace or info.get("workspace"),
                          trust or info.get("trust") or "workspace",

@@ -120,7 +120,11 @@ class HttpModel:
                  connect_timeout: float | None = 10.0, max_retries: int | None = None,
                  request_overrides: Mapping[str, Any] | None = None,
                  headers: Mapping[str, str] | None = None, as_model: str | None = None,
-                 engine: Any = None):
+                 engine: Any = None, env_key: bool = True, fast: bool = False):
+        # env_key=False: no key from the rule's env var (a proxy pointed at another host
+        # must not hand that host a key meant for the rule's default address).
+        # fast=True: plain-http upstreams go through the small asyncio client
+        # (_fasthttp.py) instead of httpx - a proxy pays this hop on every request.
         self.engine = resolve_engine(engine)
         prov = self.engine.provider_rules(provider)
         self.provider: str = prov.id
@@ -135,7 +139,12 @@ class HttpModel:
         self.timeout = timeout
         self.connect_timeout = connect_timeout
         self.base_url = self._http.resolve_base(base_url)
-        self._key = _Secret(self._http.key(api_key))
+        self._fast = False
+        if fast:
+            from ._fasthttp import usable
+
+            self._fast = usable(self.base_url) and self._http.auth_kind != "aws-sigv4"
+        self._key = _Secret(self._http.key(api_key) if env_key or api_key else None)
         if self._key.value:
             _guard_logs(self._key.value)
         elif self._http.needs_key():
@@ -196,8 +205,14 @@ class HttpModel:
         entry = self._clients.get(id(loop))
         if entry is not None and entry[0]() is loop:
             return entry[1]
-        timeout = httpx.Timeout(self.timeout, connect=self.connect_timeout)
-        client = httpx.AsyncClient(timeout=timeout, follow_redirects=False)
+        client: Any
+        if self._fast:
+            from ._fasthttp import FastClient
+
+            client = FastClient(self.timeout, self.connect_timeout)
+        else:
+            timeout = httpx.Timeout(self.timeout, connect=self.connect_timeout)
+            client = httpx.AsyncClient(timeout=timeout, follow_redirects=False)
         self._clients[id(loop)] = (weakref.ref(loop), client)
         return client
 

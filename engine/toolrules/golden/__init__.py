@@ -10,12 +10,22 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
-from . import _dialects, _emulation, _evals, _lint, _loop, _models, _policies, _providers
+from . import (
+    _dialects,
+    _emulation,
+    _evals,
+    _lint,
+    _loop,
+    _models,
+    _policies,
+    _providers,
+    _serve,
+)
 from ._core import GoldenFile, dump, golden_root, regen_command
 
 __all__ = ["check", "regen"]
 
-SUITES = (_models, _lint, _dialects, _providers, _emulation, _policies, _loop, _evals)
+SUITES = (_models, _lint, _dialects, _providers, _emulation, _policies, _loop, _evals, _serve)
 
 
 def _generate(pattern: str) -> list[GoldenFile]:

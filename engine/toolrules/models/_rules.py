@@ -74,6 +74,8 @@ class Resolution:
     spec: ModelSpec
     capability: Capability
     trace: tuple[str, ...]
+    overridden: bool = False
+    """An explicit override (`overrides:` in a model file) applied to this id."""
 
 
 @dataclass(slots=True)
@@ -264,13 +266,15 @@ class ModelRules:
                     trace.append(f"{fam.file}:{fam.line('capabilities', j)}: when {dict(when)}")
                     break
         raw = spec.model_id.strip()
+        overridden = False
         for exact, pat, setv, where in self._overrides:
             if (exact is not None and exact.lower() == raw.lower()) or \
                     (pat is not None and pat.search(raw)):
                 values.update(setv)
                 trace.append(f"{where}: override")
+                overridden = True
         return Resolution(spec, Capability(**{k: v for k, v in values.items()
-                                              if k in _CAP_FIELDS}), tuple(trace))
+                                              if k in _CAP_FIELDS}), tuple(trace), overridden)
 
     def _matches(self, when: dict[str, Any], spec: ModelSpec, fam: _Family) -> bool:
         for key, want in when.items():

@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import time
 import warnings
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
 from .._errors import CapabilityError, ParseError, SchemaError, UnknownRuleError
@@ -19,6 +19,7 @@ from .._types import Message, ParsedResponse, Tool, ToolCall, coerce_tools
 from ..rules._part import Part
 
 if TYPE_CHECKING:  # the interpreter modules load on first use: `import toolrules` stays cheap
+    from ._front import Front
     from ._messages import WireTools
     from ._rules import Provider
     from ._transforms import Pipeline, TransformedTool
@@ -86,12 +87,14 @@ class ProvidersPart(Part):
 
     def _native(self, model: str | None) -> bool:
         """Does the model call tools through the API? Ids no family rule knows are sent
-        natively - the provider's API took the tools field; known families decide."""
+        natively - the provider's API took the tools field; known families decide, and so
+        does an explicit override for the id."""
         if model is None:
             return True
-        if not self.engine.parse_model_id(model).known:
+        res = self.engine.resolve_model(model)
+        if not res.spec.known and not res.overridden:
             return True
-        return bool(self.engine.capability(model).native_tools)
+        return bool(res.capability.native_tools)
 
     # ------------------------------------------------------------ tools
 
@@ -404,6 +407,10 @@ class ProvidersPart(Part):
             if text:
                 msgs.append(Message(role="system", content=text))
         wires = get_path(data, prov.messages_path)
+        string_role = ((prov.data.get("messages") or {}).get("read") or {}).get("string_as")
+        if isinstance(wires, str) and string_role:  # a bare text input: one message
+            msgs.append(Message(role=string_role, content=wires))
+            wires = []
         if not isinstance(wires, list):
             raise ParseError(f"not a request body for provider {prov.id}: no message list at "
                              f"{prov.messages_path!r}")
@@ -548,9 +555,11 @@ class ProvidersPart(Part):
         return ProviderStream(prov, wt, known, text_stream)
 
     def build_response(self, parsed: Any, provider: str, model: str | None = None, *,
-                       response_id: str | None = None, created: int | None = None
-                       ) -> dict[str, Any]:
-        """A ParsedResponse -> a response body in `provider`'s format (for proxies)."""
+                       response_id: str | None = None, created: int | None = None,
+                       usage: dict[str, Any] | None = None) -> dict[str, Any]:
+        """A ParsedResponse -> a response body in `provider`'s format (for proxies).
+        `usage`: {input_tokens, output_tokens} for the body's usage fields."""
+        from ._front import wire_call_id
         from ._messages import coerce_message, derived_id
         from ._rules import prune
 
@@ -565,15 +574,11 @@ class ProvidersPart(Part):
         seed = json.dumps([parsed.content, parsed.reasoning_content,
                            [[c.id, c.name, c.arguments] for c in parsed.tool_calls]],
                           sort_keys=True, default=str)
-        rule = prov.call_ids
         opaque: set[int] = set()
         calls = []
+        rid = response_id or derived_id(seed, prov.id_prefix, len(prov.id_prefix) + 24)
         for i, c in enumerate(parsed.tool_calls):
-            cid = c.id
-            if cid is None and rule.get("required"):
-                cid = derived_id(f"{seed}:{i}", rule.get("prefix", "call_"), rule.get("length", 24))
-            elif cid is not None and prov._id_pattern is not None and not prov._id_pattern.fullmatch(cid):
-                cid = derived_id(cid, rule.get("prefix", ""), rule.get("length", 24))
+            cid = wire_call_id(prov, c.id, f"{seed}:{i}")
             opaque.add(id(c.arguments))
             calls.append({"id": cid, "name": c.name, "arguments": c.arguments,
                           "arguments_json": c.arguments_json(), "index": i})
@@ -581,8 +586,7 @@ class ProvidersPart(Part):
         calls_view = calls or None  # null, not [], so `tool_calls[].{...}` writes nothing
         when = int(time.time()) if created is None else int(created)
         view: dict[str, Any] = {
-            "id": response_id or derived_id(seed, prov.id_prefix, len(prov.id_prefix) + 24),
-            "model": model, "created": when,
+            "id": rid, "model": model, "created": when, "usage": usage,
             "created_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(when)),
             "text": parsed.content or None, "reasoning": parsed.reasoning_content or None,
             "tool_calls": calls_view, "finish_reason": prov.wire_finish(finish),
@@ -596,7 +600,79 @@ class ProvidersPart(Part):
         return prune(prov.response_build(view), opaque | {id(message)})
 
 
+    def sends_native_tools(self, model: str | None) -> bool:
+        """Does build_request send `model` its tools natively (else: the emulation prompt)?"""
+        return self._native(model)
+
+    def simplify_tools(self, tools: Any, model: str | None = None, *,
+                       strategy: str | None = None
+                       ) -> tuple[tuple[Tool, ...], Callable[[ToolCall], ToolCall]]:
+        """Tools through the model's schema strategy (or the named one): the simplified
+        tools, and a function giving a call made against them back in the original
+        schema's shape. No strategy: the tools unchanged and the identity."""
+        from ._transforms import compile_pipeline
+
+        tool_list = coerce_tools(tools)
+        if strategy is None:
+            _name, pipe = self._strategy(model)
+        else:
+            table = (self.ruleset.table("schema_strategies") or {}).get("strategies") or {}
+            if strategy not in table:
+                raise UnknownRuleError("schema strategy", strategy, list(table))
+            pipe = compile_pipeline(table[strategy].get("pipeline"))
+        if pipe is None or not pipe.steps:
+            return tool_list, _same_call
+        done = {t.name: pipe.run(t.name, t.description, t.parameters) for t in tool_list}
+        simplified = tuple(Tool(name=t.name, description=done[t.name].description,
+                                parameters=done[t.name].parameters or {"type": "object",
+                                                                       "properties": {}})
+                           for t in tool_list)
+
+        def restore(call: ToolCall) -> ToolCall:
+            tt = done.get(call.name)
+            if tt is None or not tt.steps:
+                return call
+            return ToolCall(id=call.id, name=call.name, arguments=tt.restore(call.arguments))
+
+        return simplified, restore
+
+    def front(self, provider: str) -> Front:
+        """How a proxy serves `provider`'s API to clients (the rule's `serve:` section)."""
+        from ._front import compile_front
+
+        prov = self.provider_rules(provider)
+        cache: dict[str, Front] = self._cached("provider_fronts", dict)
+        hit = cache.get(prov.id)
+        if hit is None:
+            hit = cache[prov.id] = compile_front(prov)
+        return hit
+
+    def response_usage(self, body: Any, provider: str) -> dict[str, Any] | None:
+        """The token counts a response body reports ({input_tokens, output_tokens}), when
+        the rule says where (`response.usage`) and the body has them."""
+        from ._rules import Expr
+
+        prov = self.provider_rules(provider)
+        cache: dict[str, Expr | None] = self._cached("provider_usage", dict)
+        if prov.id not in cache:
+            src = (prov.data.get("response") or {}).get("usage")
+            cache[prov.id] = Expr(src, f"provider {prov.id} response.usage") \
+                if isinstance(src, str) and src else None
+        expr = cache[prov.id]
+        if expr is None or not isinstance(body, dict):
+            return None
+        value = expr(body)
+        if not isinstance(value, dict):
+            return None
+        out = {k: v for k, v in value.items() if isinstance(v, int) and not isinstance(v, bool)}
+        return out or None
+
+
 # ---------------------------------------------------------------- helpers
+
+def _same_call(call: ToolCall) -> ToolCall:
+    return call
+
 
 def _names(value: Any) -> set[str] | None:
     if value is None:

@@ -8,6 +8,7 @@ A *layer* is a directory laid out like the bundled `rules/`:
     <layer>/policies/*.yaml    execution policies       (kind "policy")
     <layer>/tools/*.yaml       tool definitions         (kind "toolset")
     <layer>/scenarios/*.yaml   evaluation scenarios     (kind "scenario")
+    <layer>/serve/*.yaml       proxy configurations     (kind "serve")
     <layer>/*.yaml             cross-cutting tables     (kind "table", id = file stem)
     <layer>/templates/**       Jinja templates          (bundled: the repo's templates/)
     <layer>/grammars/*.lark    Lark grammars            (bundled: the repo's grammars/)
@@ -33,7 +34,8 @@ from ._yaml import YamlProblem, load_yaml, plain
 __all__ = ["Asset", "Layer", "RuleFile", "RuleSet", "bundled_layer", "discover", "layers_for"]
 
 KIND_DIRS = {"models": "model", "providers": "provider", "dialects": "dialect",
-             "policies": "policy", "tools": "toolset", "scenarios": "scenario"}
+             "policies": "policy", "tools": "toolset", "scenarios": "scenario",
+             "serve": "serve"}
 MAX_RULE_FILE_BYTES = 1 << 20
 
 

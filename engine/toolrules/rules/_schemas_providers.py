@@ -71,6 +71,8 @@ _READER = _section("how to read one wire message (request history or response) i
                      "results: \"[@][?role=='tool']\""),
     "result": _exprs("fields of one result: call_id, name, content, is_error",
                      "result: {call_id: tool_call_id, content: content}"),
+    "string_as": _str("reading a request body: the role of a message list given as a bare "
+                      "string", "string_as: user", allowed=["user", "system"]),
 })
 
 _WRITER = _section("how to write UTP messages as wire messages", {
@@ -179,6 +181,77 @@ _HTTP = _section("how a client reaches the provider over HTTP (toolrules.connect
     }),
 })
 
+def _events(doc: str, example: str | None = None) -> dict[str, Any]:
+    """A list of JMESPath expressions, each building one event (null results are skipped)."""
+    out = {"type": "list", "schema": {"type": "string"}, **_doc(doc, example)}
+    out["meta"]["exprs"] = True
+    return out
+
+
+_BLOCK = {"type": "dict", "nullable": True, **_doc(
+    "the events of one content block: start, delta (one per fragment), stop; view: the "
+    "stream view plus {index, call_index, delta, text, call: {id, name, arguments, "
+    "arguments_json}}"), "schema": {
+        "start": _events("events opening the block", "start: [\"{type: 'block_start'}\"]"),
+        "delta": _events("events carrying one fragment (`delta`)",
+                         "delta: [\"{type: 'delta', text: delta}\"]"),
+        "stop": _events("events closing the block (`text`: the whole block)",
+                        "stop: [\"{type: 'block_stop'}\"]"),
+    }}
+
+_SERVE = _section("how a proxy serves this API to its clients (toolrules serve): the "
+                  "endpoint, reading the client's request, error bodies and the stream's "
+                  "event grammar", {
+    "path": _str("the endpoint path", "path: /v1/chat/completions"),
+    "keys": _strlist("request headers that may carry the client's API key, first present "
+                     "wins; a `Bearer ` prefix is dropped", "keys: [authorization, x-api-key]"),
+    "stream": _expr("over the client's body: does it ask for a stream", "stream: stream"),
+    "options": _exprs("build_request option -> expression reading it from the client's body",
+                      "options: {max_tokens: \"max_completion_tokens || max_tokens\"}"),
+    "parallel": _expr("over the client's body: parallel tool calls allowed (true/false/null)",
+                      "parallel: parallel_tool_calls"),
+    "count_tokens": _section("a token-count endpoint (an estimate)", {
+        "path": _str("its path", "path: /v1/messages/count_tokens"),
+        "body": _expr("the answer; view: {tokens}", "body: \"{input_tokens: tokens}\""),
+    }),
+    "models": _section("the model list (GET /v1/models)", {
+        "path": _str("its path", "path: /v1/models"),
+        "header": _str("a request header that marks a client of this API when several "
+                       "APIs share the path", "header: anthropic-version"),
+        "body": _expr("the answer; view: {models: [{id, created, created_at}]}",
+                      "body: \"{object: 'list', data: models[].{id: id, object: 'model'}}\""),
+    }),
+    "error": _section("error bodies in this API's own shape", {
+        "body": _expr("view: {status, type, code, message}",
+                      "body: \"{error: {message: message, type: type}}\""),
+        "types": {"type": "dict", "keysrules": {"type": ["integer", "string"]},
+                  "valuesrules": {"type": "string"},
+                  **_doc("HTTP status (or 4xx/5xx) -> the API's error type",
+                         "types: {401: authentication_error, 5xx: api_error}")},
+        "codes": {"type": "dict", "keysrules": {"type": ["integer", "string"]},
+                  "valuesrules": {"type": "string"},
+                  **_doc("HTTP status (or 4xx/5xx) -> the API's error code, when it has codes",
+                         "codes: {401: invalid_api_key}")},
+    }),
+    "events": _section("the stream's event grammar (server-sent events); every expression "
+                       "sees the stream view {id, model, created, created_at, usage} and "
+                       "what the event is about", {
+        "name": _expr("over an event: its `event:` line (omit: data lines only)",
+                      "name: type"),
+        "sequence": _str("a field numbering every event from 0", "sequence: sequence_number"),
+        "done": _str("a last data line after the events", "done: '[DONE]'"),
+        "start": _events("events opening the stream"),
+        "text": _BLOCK,
+        "reasoning": _BLOCK,
+        "tool": _BLOCK,
+        "finish": _events("events closing the stream; view adds {finish_reason (wire), "
+                          "response (the whole body build_response writes)}"),
+        "ping": _expr("a keep-alive event", "ping: \"{type: 'ping'}\""),
+        "error": _expr("a failure after the stream started; view: {status, type, code, "
+                       "message}", "error: \"{type: 'error', error: {type: type}}\""),
+    }),
+})
+
 PROVIDER_SCHEMA: dict[str, Any] = {
     "id": _str("the provider id; equals the file stem"),
     "extends": _str("a provider whose rules this one starts from (deep merge: mappings merge, "
@@ -279,7 +352,11 @@ PROVIDER_SCHEMA: dict[str, Any] = {
                               "text_fallback: dialect",
                               allowed=["capability", "dialect", "always", "never"]),
         "build": _expr("build_response: the body; view: {id, model, created, message, messages, "
-                       "text, reasoning, tool_calls, finish_reason}"),
+                       "text, reasoning, tool_calls, finish_reason, usage: {input_tokens, "
+                       "output_tokens} or null}"),
+        "usage": _expr("over a response body: the token counts it reports, as "
+                       "{input_tokens, output_tokens}",
+                       "usage: \"usage && {input_tokens: usage.prompt_tokens}\""),
         "message": _expr("build_response: the assistant message(s), when they differ from "
                          "messages.assistant"),
         "id_prefix": _str("prefix of generated response ids", "id_prefix: chatcmpl-"),
@@ -293,6 +370,7 @@ PROVIDER_SCHEMA: dict[str, Any] = {
                                   "has no end-of-call event)"),
     }),
     "http": _HTTP,
+    "serve": _SERVE,
     "notes": _str("free text"),
 }
 

@@ -1,0 +1,311 @@
+"""Bench section `serve`: what the proxy adds on top of calling the upstream directly.
+
+Three processes on loopback: a zero-latency fake OpenAI-compatible upstream (raw asyncio
+HTTP/1.1, canned answers), `toolrules serve` in front of it (one worker), and - when its
+binary is found - LiteLLM's proxy in front of the same upstream; the load comes from
+this process (a keep-alive pool of the small asyncio HTTP client, uvloop when
+installed). For 1 and
+16 concurrent clients, non-streamed and streamed: requests/s, p50/p99 latency and the
+time to the first byte of a stream, directly and through each proxy, in one run.
+Bounded: a request count and a time limit per measurement.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import shutil
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+__all__ = ["bench", "fake_upstream"]
+
+_MODEL = "bench-model"
+_BODY = {"model": _MODEL, "max_tokens": 16, "messages": [{"role": "user", "content": "hi"}]}
+_LITELLM_CANDIDATES = ("litellm", "/tmp/litellm-venv/bin/litellm")
+# Both proxies check a client key (LiteLLM refuses to start without one): same work.
+_KEY = "sk-bench-" + "0123456789abcdef" * 2
+
+
+# ---------------------------------------------------------------- the fake upstream
+
+def _answer() -> bytes:
+    body = json.dumps({"id": "chatcmpl-fake", "object": "chat.completion", "created": 1,
+                       "model": _MODEL, "choices": [{"index": 0, "finish_reason": "stop",
+                       "message": {"role": "assistant", "content": "Hello there!"}}],
+                       "usage": {"prompt_tokens": 5, "completion_tokens": 3,
+                                 "total_tokens": 8}}).encode()
+    return (b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: "
+            + str(len(body)).encode() + b"\r\n\r\n" + body)
+
+
+def _stream_answer() -> bytes:
+    def ev(delta: dict[str, Any], finish: str | None = None) -> bytes:
+        data = json.dumps({"id": "chatcmpl-fake", "object": "chat.completion.chunk",
+                           "created": 1, "model": _MODEL,
+                           "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]})
+        return f"data: {data}\n\n".encode()
+    events = [ev({"role": "assistant", "content": ""}), ev({"content": "Hello "}),
+              ev({"content": "there!"}), ev({}, "stop"), b"data: [DONE]\n\n"]
+    chunks = b"".join(b"%x\r\n%s\r\n" % (len(e), e) for e in events) + b"0\r\n\r\n"
+    return (b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n"
+            b"transfer-encoding: chunked\r\n\r\n" + chunks)
+
+
+_MODELS = json.dumps({"object": "list", "data": [{"id": _MODEL, "object": "model",
+                                                  "created": 0, "owned_by": "bench"}]}).encode()
+_MODELS_ANSWER = (b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: "
+                  + str(len(_MODELS)).encode() + b"\r\n\r\n" + _MODELS)
+
+
+async def _serve_upstream(sock: socket.socket) -> None:
+    plain, streamed = _answer(), _stream_answer()
+
+    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            while True:
+                head = await reader.readuntil(b"\r\n\r\n")
+                length = 0
+                for line in head.split(b"\r\n"):
+                    if line[:15].lower() == b"content-length:":
+                        length = int(line[15:].strip())
+                body = await reader.readexactly(length) if length else b""
+                if head.startswith(b"GET"):
+                    writer.write(_MODELS_ANSWER)
+                elif b'"stream":true' in body.replace(b" ", b""):
+                    writer.write(streamed)
+                else:
+                    writer.write(plain)
+                await writer.drain()
+        except (asyncio.IncompleteReadError, ConnectionError, asyncio.LimitOverrunError):
+            pass
+        finally:
+            writer.close()
+
+    server = await asyncio.start_server(handle, sock=sock, backlog=1024)
+    async with server:
+        await server.serve_forever()
+
+
+def fake_upstream(port: int) -> None:
+    """Run the zero-latency upstream on 127.0.0.1:`port` until killed."""
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind(("127.0.0.1", port))
+    _run(_serve_upstream(sock))
+
+
+def _run(coro: Any) -> Any:
+    try:
+        import uvloop
+    except ImportError:
+        return asyncio.run(coro)
+    return uvloop.run(coro)
+
+
+# ---------------------------------------------------------------- processes
+
+def _port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _wait_http(url: str, proc: subprocess.Popen[bytes], limit: float) -> bool:
+    import httpx
+
+    deadline = time.monotonic() + limit
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            return False
+        try:
+            httpx.get(url, timeout=1)
+            return True
+        except httpx.HTTPError:
+            time.sleep(0.1)
+    return False
+
+
+@contextmanager
+def _process(args: list[str], ready_url: str, limit: float,
+             env: dict[str, str] | None = None) -> Iterator[bool]:
+    proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            env={**os.environ, **(env or {})}, start_new_session=True)
+    try:
+        yield _wait_http(ready_url, proc, limit)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGTERM)
+            try:
+                proc.wait(10)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait(5)
+
+
+def _litellm() -> str | None:
+    for cand in _LITELLM_CANDIDATES:
+        path = shutil.which(cand) or (cand if os.path.isfile(cand) and os.access(cand, os.X_OK)
+                                      else None)
+        if path:
+            return path
+    return None
+
+
+# ---------------------------------------------------------------- load
+
+@dataclass
+class _Run:
+    rps: float
+    p50: float
+    p99: float
+    ttfb50: float | None
+    errors: int
+    count: int
+
+
+async def _load(url: str, clients: int, stream: bool, count: int, limit: float) -> _Run:
+    """`clients` concurrent workers over one keep-alive pool (the small asyncio client of
+    clients/_fasthttp.py: a load generator that costs less than what it measures)."""
+    from ..clients._fasthttp import FastClient
+
+    body = json.dumps({**_BODY, "stream": stream}).encode()
+    headers = {"content-type": "application/json", "authorization": f"Bearer {_KEY}"}
+    latencies: list[float] = []
+    ttfbs: list[float] = []
+    errors = 0
+    sent = 0
+    deadline = time.perf_counter() + limit
+    client = FastClient(30, 10)
+
+    async def one(stream_it: bool) -> bool:
+        request = client.build_request("POST", url, content=body if stream_it else
+                                       json.dumps(_BODY).encode(), headers=headers)
+        t0 = time.perf_counter()
+        if not stream_it:
+            r = await client.send(request)
+            return r.status_code == 200 and b"Hello" in r.content
+        r = await client.send(request, stream=True)
+        first = None
+        async for _chunk in r.aiter_bytes():
+            if first is None:
+                first = time.perf_counter()
+        if first is not None:
+            ttfbs.append(first - t0)
+        return r.status_code == 200
+
+    async def worker() -> None:
+        nonlocal errors, sent
+        while sent < count and time.perf_counter() < deadline:
+            sent += 1
+            t0 = time.perf_counter()
+            try:
+                ok = await one(stream)
+            except Exception:  # any failure counts as an error of the target
+                ok = False
+            if ok:
+                latencies.append(time.perf_counter() - t0)
+            else:
+                errors += 1
+
+    await asyncio.gather(*(one(False) for _ in range(min(clients, 4))))  # warm up
+    t0 = time.perf_counter()
+    await asyncio.gather(*(worker() for _ in range(clients)))
+    wall = time.perf_counter() - t0
+    await client.aclose()
+    lat = sorted(latencies) or [0.0]
+    return _Run(rps=len(latencies) / wall if wall else 0.0, p50=statistics.median(lat),
+                p99=lat[min(len(lat) - 1, int(len(lat) * 0.99))],
+                ttfb50=statistics.median(ttfbs) if ttfbs else None, errors=errors,
+                count=len(latencies) + errors)
+
+
+def _ms(seconds: float) -> str:
+    return f"{seconds * 1000:.2f} ms"
+
+
+# ---------------------------------------------------------------- the section
+
+def bench(engine: Any, quick: bool) -> list[tuple[str, str]]:
+    """Direct vs toolrules serve (vs LiteLLM when installed): req/s, added latency, TTFB."""
+    if not (_has("starlette") and _has("uvicorn") and _has("httpx")):
+        return [("serve", "skipped: pip install 'toolrules[serve]'")]
+    n1, n16, limit = (150, 1500, 4.0) if quick else (400, 4000, 8.0)
+    up_port, our_port, lite_port = _port(), _port(), _port()
+    up_url = f"http://127.0.0.1:{up_port}"
+    targets: list[tuple[str, str]] = [("direct", f"{up_url}/v1/chat/completions")]
+    out: list[tuple[str, str]] = []
+    py = sys.executable
+    with tempfile.TemporaryDirectory() as tmp, \
+            _process([py, "-c", f"from toolrules.bench._serve import fake_upstream; "
+                      f"fake_upstream({up_port})"], f"{up_url}/v1/models", 20) as up_ok:
+        if not up_ok:
+            return [("serve", "skipped: the fake upstream did not start")]
+        ours = [py, "-c", "from toolrules.cli import main; main()", "serve", "--upstream",
+                f"openai-compatible:{_MODEL}", "--base-url", f"{up_url}/v1",
+                "--port", str(our_port), "--log-level", "info", "--api-key", _KEY]
+        lite = _litellm()
+        cfg = Path(tmp) / "litellm.yaml"
+        cfg.write_text(json.dumps({"model_list": [{"model_name": _MODEL, "litellm_params": {
+            "model": f"openai/{_MODEL}", "api_base": f"{up_url}/v1", "api_key": "x"}}]}))
+        with _process(ours, f"http://127.0.0.1:{our_port}/health", 60) as ours_ok:
+            if ours_ok:
+                targets.append(("toolrules serve", f"http://127.0.0.1:{our_port}/v1/chat/completions"))
+            else:
+                out.append(("toolrules serve", "did not start"))
+            lite_ctx = _process([lite, "--config", str(cfg), "--port", str(lite_port),
+                                 "--num_workers", "1"],
+                                f"http://127.0.0.1:{lite_port}/health/liveliness", 180,
+                                env={"LITELLM_LOG": "ERROR", "LITELLM_MASTER_KEY": _KEY}
+                                ) if lite else None
+            with (lite_ctx if lite_ctx is not None else _null()) as lite_ok:
+                if lite and lite_ok:
+                    targets.append(("LiteLLM proxy", f"http://127.0.0.1:{lite_port}/chat/completions"))
+                elif lite:
+                    out.append(("LiteLLM proxy", "did not start within 180 s"))
+                else:
+                    out.append(("LiteLLM proxy", "not installed (pip install 'litellm[proxy]'): "
+                                "compare with the issue's anchors"))
+                results: dict[tuple[str, int, bool], _Run] = {}
+                for name, url in targets:
+                    for clients, count in ((1, n1), (16, n16)):
+                        for stream in (False, True):
+                            results[(name, clients, stream)] = _run(
+                                _load(url, clients, stream, count, limit))
+    direct = {k[1:]: v for k, v in results.items() if k[0] == "direct"}
+    for (name, clients, stream), r in results.items():
+        mode = "stream" if stream else "non-stream"
+        label = f"{name}, {clients:>2} client(s), {mode}"
+        fig = f"{r.rps:8.0f} req/s  p50 {_ms(r.p50)}  p99 {_ms(r.p99)}"
+        if stream and r.ttfb50 is not None:
+            fig += f"  ttfb p50 {_ms(r.ttfb50)}"
+        if name != "direct":
+            d = direct[(clients, stream)]
+            fig += f"  added p50 {_ms(r.p50 - d.p50)}"
+            if stream and r.ttfb50 is not None and d.ttfb50 is not None:
+                fig += f"  added ttfb {_ms(r.ttfb50 - d.ttfb50)}"
+        fig += f"  errors {r.errors}/{r.count}"
+        out.append((label, fig))
+    return out
+
+
+@contextmanager
+def _null() -> Iterator[bool]:
+    yield False
+
+
+def _has(module: str) -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec(module) is not None

@@ -1,0 +1,352 @@
+"""A provider's API as a proxy serves it to clients (the rule's `serve:` section).
+
+`Front` reads what a client's request asks for beyond messages and tools (options, a
+stream, its API key), writes error bodies in the API's own shape, lists models, and
+makes a `StreamWriter`: the API's server-sent-event grammar driven by the rule's
+`serve.events` expressions. The writer thinks in content blocks - text, reasoning, one
+per tool call - each opened, fed and closed; the rule says which events each step
+writes (none, one, several), so one interpreter speaks every grammar.
+
+Nothing here knows an API: every event, field name and error type is in the rule.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from .._errors import CapabilityError
+from .._types import ParsedResponse, ToolCall
+from ._messages import derived_id
+from ._rules import Expr, Provider
+
+__all__ = ["BlockEvents", "EventGrammar", "Front", "StreamWriter", "compile_front",
+           "wire_call_id"]
+
+_KINDS = ("text", "reasoning", "tool")
+
+
+def _exprs(values: Any, where: str) -> tuple[Expr, ...]:
+    return tuple(Expr(v, f"{where}[{i}]") for i, v in enumerate(values or ()) if isinstance(v, str))
+
+
+def _opt(value: Any, where: str) -> Expr | None:
+    return Expr(value, where) if isinstance(value, str) and value else None
+
+
+def _status_table(table: Any) -> dict[str, str]:
+    return {str(k).lower(): str(v) for k, v in (table or {}).items()}
+
+
+@dataclass(frozen=True, slots=True)
+class BlockEvents:
+    start: tuple[Expr, ...]
+    delta: tuple[Expr, ...]
+    stop: tuple[Expr, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class EventGrammar:
+    name: Expr | None
+    sequence: str | None
+    done: str | None
+    start: tuple[Expr, ...]
+    blocks: dict[str, BlockEvents]
+    finish: tuple[Expr, ...]
+    ping: Expr | None
+    error: Expr | None
+    needs_response: bool = True
+    """The finish events use the whole body (`response`): build it only then."""
+
+
+@dataclass(frozen=True)
+class Front:
+    """One client API: how its requests are read and its answers and errors written."""
+
+    provider: str
+    path: str | None
+    model_path: str | None
+    keys: tuple[str, ...]
+    stream: Expr | None
+    options: dict[str, Expr]
+    parallel: Expr | None
+    count_tokens_path: str | None
+    count_tokens_body: Expr | None
+    models_path: str | None
+    models_header: str | None
+    models_body: Expr | None
+    error_body: Expr | None
+    error_types: dict[str, str]
+    error_codes: dict[str, str]
+    events: EventGrammar | None
+    prov: Provider
+
+    # ------------------------------------------------------------ requests
+
+    def wants_stream(self, body: Mapping[str, Any]) -> bool:
+        return bool(self.stream(body)) if self.stream is not None else False
+
+    def read_options(self, body: Mapping[str, Any]) -> dict[str, Any]:
+        """build_request options the client set (max_tokens, temperature, ...)."""
+        out: dict[str, Any] = {}
+        for name, expr in self.options.items():
+            value = expr(body)
+            if value is not None:
+                out[name] = value
+        return out
+
+    def read_parallel(self, body: Mapping[str, Any]) -> bool | None:
+        if self.parallel is None:
+            return None
+        value = self.parallel(body)
+        return value if isinstance(value, bool) else None
+
+    def client_key(self, headers: Mapping[str, str]) -> str | None:
+        """The key a client sent (headers looked up lower-case), without `Bearer `."""
+        for name in self.keys:
+            value = headers.get(name)
+            if value:
+                value = value.strip()
+                if value[:7].lower() == "bearer ":
+                    value = value[7:].strip()
+                return value or None
+        return None
+
+    # ------------------------------------------------------------ answers
+
+    def _lookup(self, table: dict[str, str], status: int) -> str | None:
+        return table.get(str(status)) or table.get(f"{status // 100}xx")
+
+    def error_type(self, status: int) -> str | None:
+        return self._lookup(self.error_types, status)
+
+    def error(self, status: int, message: str, *, type: str | None = None,
+              code: str | None = None) -> dict[str, Any]:
+        """An error body in the API's own shape."""
+        view = {"status": status, "message": message,
+                "type": type or self.error_type(status) or "error",
+                "code": code or self._lookup(self.error_codes, status)}
+        if self.error_body is None:
+            return {"error": {"message": message, "type": view["type"]}}
+        body = self.error_body(view)
+        return body if isinstance(body, dict) else {"error": {"message": message}}
+
+    def models(self, models: list[dict[str, Any]]) -> dict[str, Any]:
+        if self.models_body is None:
+            raise CapabilityError(f"provider {self.provider!r} lists no models (serve.models)")
+        return self.models_body({"models": models}) or {}
+
+    def count_tokens(self, tokens: int) -> dict[str, Any]:
+        if self.count_tokens_body is None:
+            raise CapabilityError(f"provider {self.provider!r} counts no tokens "
+                                  "(serve.count_tokens)")
+        return self.count_tokens_body({"tokens": tokens}) or {}
+
+    def writer(self, build: Callable[[ParsedResponse, dict[str, Any] | None], dict[str, Any]], *,
+               response_id: str, model: str | None, created: int | None = None,
+               request: Mapping[str, Any] | None = None,
+               usage: dict[str, Any] | None = None) -> StreamWriter:
+        """A writer for one streamed answer; `build(parsed, usage)` writes the whole
+        body (what `response` holds in the finish events)."""
+        if self.events is None:
+            raise CapabilityError(f"provider {self.provider!r} has no stream grammar "
+                                  "(serve.events)")
+        when = int(time.time()) if created is None else int(created)
+        view = {"id": response_id, "model": model, "created": when,
+                "created_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(when)),
+                "usage": usage, "request": request or {}}
+        return StreamWriter(self.events, self.prov, view, build)
+
+
+def wire_call_id(prov: Provider, call_id: str | None, seed: str) -> str | None:
+    """The id a call goes out under in `prov`'s format (build_response's rule): kept when
+    the provider accepts it, else derived from it (or from `seed` when there is none and
+    ids are required)."""
+    rule = prov.call_ids
+    if call_id is None:
+        if rule.get("required"):
+            return derived_id(seed, rule.get("prefix", "call_"), rule.get("length", 24))
+        return None
+    pat = prov._id_pattern
+    if pat is not None and not pat.fullmatch(call_id):
+        return derived_id(call_id, rule.get("prefix", ""), rule.get("length", 24))
+    return call_id
+
+
+class StreamWriter:
+    """Events of one streamed answer in the API's grammar, as SSE bytes.
+
+    `start()` once, then `text(delta)`, `reasoning(delta)` and `tool_call(call)` in any
+    order (a change of kind closes the open block), `finish(parsed)` once - or `error()`
+    at any point after `start()`. Each returns the bytes to send.
+    """
+
+    def __init__(self, grammar: EventGrammar, prov: Provider, view: dict[str, Any],
+                 build: Callable[[ParsedResponse, dict[str, Any] | None], dict[str, Any]]):
+        self._g = grammar
+        self._prov = prov
+        self._view = view
+        self._build = build
+        self._seq = 0
+        self._index = -1          # block index (every block counts)
+        self._calls = 0           # tool calls written
+        self._open: str | None = None
+        self._parts: list[str] = []
+        self.started = False
+        self.closed = False
+
+    # ------------------------------------------------------------ framing
+
+    def _encode(self, events: list[Any]) -> bytes:
+        out: list[str] = []
+        g = self._g
+        for ev in events:
+            if ev is None:
+                continue
+            if g.sequence and isinstance(ev, dict):
+                ev[g.sequence] = self._seq
+                self._seq += 1
+            name = g.name(ev) if g.name is not None else None
+            data = json.dumps(ev, ensure_ascii=False, separators=(",", ":"))
+            out.append(f"event: {name}\ndata: {data}\n\n" if isinstance(name, str)
+                       else f"data: {data}\n\n")
+        return "".join(out).encode("utf-8")
+
+    def _run(self, exprs: tuple[Expr, ...], view: dict[str, Any]) -> list[Any]:
+        return [e(view) for e in exprs]
+
+    def _block_view(self, **extra: Any) -> dict[str, Any]:
+        return {**self._view, "index": self._index, "call_index": self._calls, **extra}
+
+    # ------------------------------------------------------------ steps
+
+    def start(self) -> bytes:
+        self.started = True
+        return self._encode(self._run(self._g.start, self._view))
+
+    def _close_open(self) -> list[Any]:
+        if self._open is None:
+            return []
+        block = self._g.blocks.get(self._open)
+        text = "".join(self._parts)
+        self._open = None
+        self._parts = []
+        if block is None:
+            return []
+        return self._run(block.stop, self._block_view(text=text))
+
+    def _delta(self, kind: str, delta: str) -> bytes:
+        if not delta:
+            return b""
+        events: list[Any] = []
+        block = self._g.blocks.get(kind)
+        if self._open != kind:
+            events.extend(self._close_open())
+            self._open = kind
+            self._index += 1
+            if block is not None:
+                events.extend(self._run(block.start, self._block_view(text="")))
+        self._parts.append(delta)
+        if block is not None:
+            events.extend(self._run(block.delta, self._block_view(delta=delta)))
+        return self._encode(events)
+
+    def text(self, delta: str) -> bytes:
+        return self._delta("text", delta)
+
+    def reasoning(self, delta: str) -> bytes:
+        return self._delta("reasoning", delta)
+
+    def call_id(self, call: ToolCall) -> str | None:
+        return wire_call_id(self._prov, call.id, f"{self._view['id']}:{self._calls}")
+
+    def tool_call(self, call: ToolCall) -> bytes:
+        """A whole call: its block opened, its arguments in one delta, closed."""
+        events = self._close_open()
+        self._index += 1
+        args = call.arguments_json()
+        view_call = {"id": self.call_id(call), "name": call.name, "arguments": call.arguments,
+                     "arguments_json": args}
+        block = self._g.blocks.get("tool")
+        if block is not None:
+            events.extend(self._run(block.start, self._block_view(call=view_call, text="")))
+            events.extend(self._run(block.delta, self._block_view(call=view_call, delta=args)))
+            events.extend(self._run(block.stop, self._block_view(call=view_call, text=args)))
+        self._calls += 1
+        return self._encode(events)
+
+    def ping(self) -> bytes:
+        if self._g.ping is None:
+            return b": ping\n\n"  # an SSE comment: every client skips it
+        return self._encode([self._g.ping(self._view)])
+
+    def finish(self, parsed: ParsedResponse, usage: dict[str, Any] | None = None) -> bytes:
+        """Close the open block and the stream. `parsed`: the whole answer as streamed
+        (its calls with the ids `tool_call` used)."""
+        if usage is not None:
+            self._view["usage"] = usage
+        events = self._close_open()
+        body = self._build(parsed, self._view.get("usage")) if self._g.needs_response else None
+        view = {**self._view, "finish_reason": self._prov.wire_finish(
+            parsed.finish_reason or ("tool_calls" if parsed.tool_calls else "stop")),
+            "response": body}
+        events.extend(self._run(self._g.finish, view))
+        self.closed = True
+        data = self._encode(events)
+        if self._g.done:
+            data += f"data: {self._g.done}\n\n".encode()
+        return data
+
+    def error(self, status: int, message: str, *, type: str | None = None,
+              code: str | None = None, front: Front | None = None) -> bytes:
+        """A failure after the stream started: the grammar's error event (the stream
+        ends after it)."""
+        self.closed = True
+        view = {**self._view, "status": status, "message": message,
+                "type": type or (front.error_type(status) if front else None) or "error",
+                "code": code or (front._lookup(front.error_codes, status) if front else None)}
+        if self._g.error is None:
+            return self._encode([{"error": {"message": message, "type": view["type"]}}])
+        return self._encode([self._g.error(view)])
+
+
+def compile_front(prov: Provider) -> Front:
+    """The `serve:` section of a (merged) provider rule."""
+    d = prov.data.get("serve") or {}
+    w = f"provider {prov.id} serve"
+    ct = d.get("count_tokens") or {}
+    models = d.get("models") or {}
+    err = d.get("error") or {}
+    ev = d.get("events")
+    grammar = None
+    if isinstance(ev, dict):
+        blocks = {}
+        for kind in _KINDS:
+            b = ev.get(kind)
+            if isinstance(b, dict):
+                blocks[kind] = BlockEvents(_exprs(b.get("start"), f"{w}.events.{kind}.start"),
+                                           _exprs(b.get("delta"), f"{w}.events.{kind}.delta"),
+                                           _exprs(b.get("stop"), f"{w}.events.{kind}.stop"))
+        grammar = EventGrammar(
+            name=_opt(ev.get("name"), f"{w}.events.name"), sequence=ev.get("sequence"),
+            done=ev.get("done"), start=_exprs(ev.get("start"), f"{w}.events.start"),
+            blocks=blocks, finish=_exprs(ev.get("finish"), f"{w}.events.finish"),
+            ping=_opt(ev.get("ping"), f"{w}.events.ping"),
+            error=_opt(ev.get("error"), f"{w}.events.error"),
+            needs_response=any("response" in str(src) for src in ev.get("finish") or ()))
+    return Front(
+        provider=prov.id, path=d.get("path"), model_path=prov.model_path,
+        keys=tuple(str(k).lower() for k in d.get("keys") or ()),
+        stream=_opt(d.get("stream"), f"{w}.stream"),
+        options={k: Expr(v, f"{w}.options.{k}") for k, v in (d.get("options") or {}).items()
+                 if isinstance(v, str) and v},
+        parallel=_opt(d.get("parallel"), f"{w}.parallel"),
+        count_tokens_path=ct.get("path"), count_tokens_body=_opt(ct.get("body"), f"{w}.count_tokens.body"),
+        models_path=models.get("path"), models_header=(models.get("header") or "").lower() or None,
+        models_body=_opt(models.get("body"), f"{w}.models.body"),
+        error_body=_opt(err.get("body"), f"{w}.error.body"),
+        error_types=_status_table(err.get("types")), error_codes=_status_table(err.get("codes")),
+        events=grammar, prov=prov)

@@ -1,0 +1,111 @@
+"""Cerberus schema for proxy configurations (rules/serve/*.yaml, or `toolrules serve
+--config FILE`): which client APIs are served, server limits, and routes from public
+model names to upstream models with per-route tool-calling options."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ._schema_kit import _bool, _doc, _str, _strlist
+
+__all__ = ["KIND_SCHEMAS", "ROUTE_TOOL_MODES", "SERVE_SCHEMA"]
+
+ROUTE_TOOL_MODES = ("auto", "native", "emulate")
+
+
+def _int(doc: str, example: str, minimum: int = 0, **extra: Any) -> dict[str, Any]:
+    return {"type": "integer", "min": minimum, **_doc(doc, example), **extra}
+
+
+def _num(doc: str, example: str, **extra: Any) -> dict[str, Any]:
+    return {"type": "number", "min": 0, **_doc(doc, example), **extra}
+
+
+def _section(doc: str, fields: dict[str, Any], example: str | None = None) -> dict[str, Any]:
+    return {"type": "dict", "nullable": True, "schema": fields, **_doc(doc, example)}
+
+
+_UPSTREAM = _section("where the route's requests go", {
+    "provider": _str("the upstream's wire protocol: a rules/providers id with an `http` "
+                     "section", "provider: openai-compatible"),
+    "model": _str("the model name sent upstream (default: the name the client asked for)",
+                  "model: qwen/qwen3-coder-30b", nullable=True),
+    "model_id": _str("the model id whose rules apply (capabilities, dialect), when the "
+                     "served name says nothing about the model (default: `model`)",
+                     "model_id: Qwen/Qwen3-Coder-30B-A3B-Instruct", nullable=True),
+    "base_url": _str("the upstream's base URL (default: the provider rule's)",
+                     "base_url: http://127.0.0.1:1234/v1", nullable=True),
+    "api_key_env": _str("the env var holding the upstream's key (default: the provider "
+                        "rule's); the key is only ever sent to this upstream",
+                        "api_key_env: LMSTUDIO_API_KEY", nullable=True),
+    "timeout": _num("seconds to wait for each read from the upstream", "timeout: 600",
+                    nullable=True),
+    "connect_timeout": _num("seconds to connect", "connect_timeout: 10", nullable=True),
+    "max_retries": _int("retries of transient upstream failures (429, 5xx, lost "
+                        "connections) before the client sees an error", "max_retries: 1",
+                        nullable=True),
+}, "upstream: {provider: lmstudio, model: qwen/qwen3-coder-30b}")
+
+_TOOLS = _section("how the route calls tools (default: what the model's rules say)", {
+    "mode": _str("native: the upstream's tools field; emulate: the emulation prompt and the "
+                 "model's text read back as calls; auto: the model's rules decide",
+                 "mode: emulate", allowed=list(ROUTE_TOOL_MODES)),
+    "emulation_style": _str("the emulation prompt: a style of rules/emulation.yaml (json, "
+                            "compact, xml ...), `dialect` (the model's trained format) or a "
+                            "trained format's dialect id", "emulation_style: hermes",
+                            nullable=True),
+    "schema_strategy": _str("schema simplification for weak models (rules/"
+                            "schema_strategies.yaml), or `none`; arguments are restored to "
+                            "the original shape before the client sees them",
+                            "schema_strategy: weak", nullable=True),
+    "prompt_guidance": _bool("add tool-calling guidance with example calls to the prompt"),
+    "validation_retries": _int("an invalid call goes back upstream with the feedback "
+                               "template up to this many times before the client sees an "
+                               "answer (0: off)", "validation_retries: 2", nullable=True),
+    "text_fallback": _bool("read a call out of plain prose as a last resort (\"I'll run "
+                           "`ls`\"): guesses, so only when asked"),
+    "constrained": _bool("constrain the upstream's decoding to the call grammar when its "
+                         "rules can carry a grammar or JSON schema"),
+})
+
+_ROUTE = {"type": "dict", "schema": {
+    "model": _str("the public model name clients ask for", "model: claude-sonnet-4-5"),
+    "pattern": _str("a regex over the public name, for a family of names",
+                    "pattern: '^claude-'"),
+    "upstream": {**_UPSTREAM, "required": True, "nullable": False},
+    "tools": _TOOLS,
+    "request_overrides": {"type": "dict", "nullable": True, **_doc(
+        "merged into every upstream request body (seed 003); the upstream's reserved "
+        "fields (model, messages, tools ...) are protected", "request_overrides: "
+        "{temperature: 0.2}")},
+    "list": _bool("show the name in GET /v1/models (default: yes for `model`)"),
+}}
+
+_SERVER = _section("server limits and behaviour", {
+    "max_body_bytes": _int("larger request bodies get 413", "max_body_bytes: 33554432", 1),
+    "keep_alive": _num("seconds between keep-alive events while a stream waits (0: none)",
+                       "keep_alive: 15"),
+    "chars_per_token": _num("characters per token in token estimates (count_tokens, usage "
+                            "the upstream did not report)", "chars_per_token: 4"),
+    "api_keys_env": _str("env var with the client keys the proxy accepts (comma-separated); "
+                         "--api-key overrides", "api_keys_env: TOOLRULES_SERVE_API_KEY"),
+    "timeout": _num("default seconds to wait for each upstream read", "timeout: 600"),
+    "connect_timeout": _num("default seconds to connect upstream", "connect_timeout: 10"),
+    "max_retries": _int("default retries of transient upstream failures", "max_retries: 0"),
+})
+
+SERVE_SCHEMA: dict[str, Any] = {
+    "description": _str("what this proxy configuration is for"),
+    "fronts": _strlist("client APIs served: provider ids whose rule has a `serve:` section",
+                       "fronts: [openai, anthropic, openai-responses]"),
+    "server": _SERVER,
+    "messages": _section("texts the proxy writes to the upstream model", {
+        "held_call": _str("the result sent for a valid call while the invalid calls of the "
+                          "same answer are fixed", "held_call: 'Not run: fix the other calls.'"),
+    }),
+    "routes": {"type": "list", "schema": _ROUTE, **_doc(
+        "public model name (or pattern) -> upstream; the first matching route wins",
+        "routes: [{model: claude-sonnet-4-5, upstream: {provider: lmstudio}}]")},
+}
+
+KIND_SCHEMAS: dict[str, dict[str, Any]] = {"serve": SERVE_SCHEMA}

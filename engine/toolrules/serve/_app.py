@@ -1,0 +1,463 @@
+"""The proxy as an ASGI app (Starlette): the client APIs of the configuration's fronts,
+`GET /v1/models`, `POST .../count_tokens`, `GET /health`.
+
+Per request: the client's key (constant-time compare), the body (size limit, JSON),
+`parse_request` in the client's format, the route for the requested model, then an
+`Exchange` with the route's upstream. Answers are `build_response` bodies or streams in
+the client API's grammar (`Front.writer`); failures are error bodies in the client API's
+own shape - and, once a stream has started, the grammar's error event. Nothing is kept
+between requests: run as many workers as the machine has cores.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import copy
+import hmac
+import json
+import logging
+import math
+import os
+import time
+import uuid
+from collections.abc import AsyncGenerator, AsyncIterator, Iterable, Mapping
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+from .._errors import ToolrulesError
+from .._types import ParsedResponse
+from ..calls._tool_errors import ToolErrorCode
+from ..clients._errors import ProviderError
+from ._config import Route, ServeConfig
+from ._exchange import Exchange, estimate_tokens, options_for, safe_error
+
+__all__ = ["ServeApp", "create_app"]
+
+access_log = logging.getLogger("toolrules.serve.access")
+log = logging.getLogger("toolrules.serve")
+
+# An upstream failure as the client sees it: a proxy answers for its upstream with 502
+# (bad gateway) / 504 (gateway timeout), keeps a client's own mistakes (4xx) and the
+# upstream's rate limit and overload as they are.
+_BY_CODE = {ToolErrorCode.TIMEOUT: 504, ToolErrorCode.NETWORK: 502, ToolErrorCode.AUTH: 502,
+            ToolErrorCode.RATE_LIMIT: 429}
+_KEPT = {400, 404, 408, 409, 413, 422, 429, 503, 529}
+
+
+class _Reject(Exception):
+    def __init__(self, status: int, message: str, headers: dict[str, str] | None = None,
+                 code: str | None = None):
+        super().__init__(message)
+        self.status = status
+        self.message = message
+        self.headers = headers or {}
+        self.code = code
+
+
+def upstream_failure(exc: ProviderError) -> _Reject:
+    """A ProviderError as the status, message and headers the client gets."""
+    status = exc.status
+    if status in _KEPT:
+        out = status
+    elif exc.code in _BY_CODE:
+        out = _BY_CODE[exc.code]
+    else:
+        out = 502
+    headers = {}
+    if exc.retry_after is not None and out in (429, 503, 529):
+        headers["retry-after"] = str(max(1, math.ceil(exc.retry_after)))
+    message = exc.message
+    if exc.code is ToolErrorCode.AUTH:
+        message = f"the upstream refused the proxy's credentials: {message}"
+    elif out in (502, 504):
+        message = f"upstream {exc.provider}: {message}"
+    return _Reject(out, message, headers)
+
+
+class _Upstreams:
+    """One HTTP client per route (its connection pool shared by all requests); each
+    request gets its own view of it (model names, last response)."""
+
+    def __init__(self, config: ServeConfig):
+        from ..clients._http import HttpModel
+
+        self._clients: dict[int, Any] = {}
+        for route in config.routes:
+            up = route.upstream
+            key = os.environ.get(up.api_key_env) if up.api_key_env else None
+            self._clients[route.index] = HttpModel(
+                up.provider, up.model or "", base_url=up.base_url, api_key=key,
+                timeout=up.timeout, connect_timeout=up.connect_timeout,
+                max_retries=up.max_retries, request_overrides=route.request_overrides or None,
+                engine=route.engine, fast=True,
+                # pointed at another address, a provider's default key variable stays home
+                env_key=bool(up.api_key_env) or not up.base_url)
+
+    def client(self, route: Route, requested: str) -> Any:
+        view = copy.copy(self._clients[route.index])
+        view.model = route.upstream_model(requested)
+        view.as_model = route.model_id(requested)
+        view.last_response = None
+        return view
+
+    def provider(self, route: Route) -> Any:
+        return self._clients[route.index]
+
+    async def aclose(self) -> None:
+        for c in self._clients.values():
+            with contextlib.suppress(Exception):
+                await c.aclose()
+
+
+class ServeApp:
+    """The state of one worker: engine, configuration, fronts, upstream clients."""
+
+    def __init__(self, engine: Any, config: ServeConfig, *, api_keys: Iterable[str] = (),
+                 trace_dir: str | os.PathLike[str] | None = None):
+        self.engine = engine
+        self.config = config
+        self.fronts = [engine.front(p) for p in config.fronts]
+        self.api_keys = tuple(k.encode() for k in api_keys if k)
+        self.trace_dir = Path(trace_dir) if trace_dir else None
+        self.upstreams = _Upstreams(config)
+        self.started = time.time()
+
+    # ------------------------------------------------------------ helpers
+
+    def _authorized(self, front: Any, headers: Mapping[str, str]) -> bool:
+        if not self.api_keys:
+            return True
+        given = (front.client_key(headers) or "").encode()
+        ok = False
+        for key in self.api_keys:  # every key compared: the time says nothing about which
+            ok |= hmac.compare_digest(given, key)
+        return ok
+
+    async def _body(self, request: Any) -> Any:
+        limit = self.config.server.max_body_bytes
+        length = request.headers.get("content-length")
+        if length and length.isdigit() and int(length) > limit:
+            raise _Reject(413, f"request body is {length} bytes; the limit is {limit}")
+        parts = []
+        size = 0
+        async for chunk in request.stream():
+            size += len(chunk)
+            if size > limit:
+                raise _Reject(413, f"request body is over the limit of {limit} bytes")
+            parts.append(chunk)
+        raw = b"".join(parts)
+        try:
+            data = json.loads(raw)
+        except ValueError as exc:
+            raise _Reject(400, f"the request body is not valid JSON: {exc}") from None
+        if not isinstance(data, dict):
+            raise _Reject(400, "the request body must be a JSON object")
+        return data
+
+    def _error_response(self, front: Any, rej: _Reject) -> Any:
+        from starlette.responses import JSONResponse
+
+        return JSONResponse(front.error(rej.status, rej.message, code=rej.code),
+                            status_code=rej.status, headers=rej.headers)
+
+    def _trace(self, rid: str) -> Any:
+        if self.trace_dir is None:
+            return None
+        from ..runtime._trace import Trace, redactor_for
+
+        return Trace(redactor=redactor_for(self.engine), path=self.trace_dir / f"{rid}.jsonl")
+
+    def _log(self, info: dict[str, Any]) -> None:
+        if access_log.isEnabledFor(logging.INFO):
+            access_log.info(json.dumps(info, ensure_ascii=False, separators=(",", ":")))
+
+    # ------------------------------------------------------------ the API endpoints
+
+    async def handle(self, request: Any, front: Any) -> Any:
+        from starlette.responses import Response
+
+        started = time.perf_counter()
+        rid = uuid.uuid4().hex[:24]
+        info: dict[str, Any] = {"time": round(time.time(), 3), "id": rid,
+                                "method": request.method, "path": request.url.path,
+                                "front": front.provider}
+        stream = False
+        try:
+            if not self._authorized(front, request.headers):
+                raise _Reject(401, "invalid or missing API key")
+            body = await self._body(request)
+            stream = front.wants_stream(body)
+            info["stream"] = stream
+            requested = body.get(front.model_path or "model")
+            info["model"] = requested if isinstance(requested, str) else None
+            route = self.config.route(requested)
+            if route is None:
+                raise _Reject(404, f"model {requested!r} is not served here (GET /v1/models "
+                              "lists the names)")
+            info["route"] = route.index
+            try:
+                msgs, tools, choice = self.engine.parse_request(body, front.provider)
+            except ToolrulesError as exc:
+                raise _Reject(400, f"cannot read the request: {safe_error(exc)}") from None
+            client = self.upstreams.client(route, requested)
+            info["upstream"] = client.provider
+            trace = self._trace(rid)
+            ex = Exchange(route=route, client=client, messages=msgs, tools=tools, choice=choice,
+                          options=options_for(front, self.engine.provider_rules(
+                              client.provider).options, body),
+                          held_call=self.config.held_call, trace=trace)
+            info["mode"] = "native" if ex.native else "emulated"
+            if trace is not None:
+                cap = route.engine.capability(ex.model_id)
+                trace.add({"type": "start", "version": 1, "source": "serve",
+                           "front": front.provider, "provider": client.provider,
+                           "model": ex.model_id, "upstream_model": client.model,
+                           "native_tools": ex.native, "dialect": cap.dialect,
+                           "route": {"index": route.index, "tools": asdict(route.tools)},
+                           "tools": tools, "tool_choice": choice,
+                           "held_call": self.config.held_call, "settings": {"stream": stream},
+                           "messages": msgs, "time": time.time()})
+            if stream:
+                return await self._stream(front, ex, body, requested, info, started, trace)
+            try:
+                parsed = await ex.complete()
+            finally:
+                if trace is not None:
+                    trace.close()
+            usage = ex.outcome.usage or self._usage(body, parsed)
+            out = self.engine.build_response(parsed, front.provider, model=requested,
+                                             usage=usage)
+            self._outcome(info, ex)
+            info["status"] = 200
+            return Response(json.dumps(out, ensure_ascii=False, separators=(",", ":")),
+                            media_type="application/json")
+        except _Reject as rej:
+            info["status"] = rej.status
+            return self._error_response(front, rej)
+        except ProviderError as exc:
+            failure = upstream_failure(exc)
+            info.update(status=failure.status, error=exc.code.name)
+            return self._error_response(front, failure)
+        except ToolrulesError as exc:
+            info.update(status=500, error=type(exc).__name__)
+            log.warning("request %s failed: %s", rid, safe_error(exc))
+            return self._error_response(front, _Reject(500, f"the proxy could not answer: "
+                                                       f"{safe_error(exc)}"))
+        except Exception as exc:  # a bug: still an error in the client's own shape
+            info.update(status=500, error=type(exc).__name__)
+            log.exception("request %s failed", rid)
+            return self._error_response(front, _Reject(500, "the proxy failed; see its log"))
+        finally:
+            if "status" in info:  # a stream that started logs when it ends
+                info["ms"] = round((time.perf_counter() - started) * 1000.0, 3)
+                self._log(info)
+
+    def _outcome(self, info: dict[str, Any], ex: Exchange) -> None:
+        o = ex.outcome
+        info.update(attempts=o.attempts, calls=o.calls)
+        if o.invalid:
+            info["invalid"] = o.invalid
+
+    def _usage(self, body: Mapping[str, Any], parsed: ParsedResponse | None) -> dict[str, int]:
+        cpt = self.config.server.chars_per_token
+        usage = {"input_tokens": self._input_tokens(body)}
+        if parsed is not None:
+            out = estimate_tokens(parsed.content, cpt) + estimate_tokens(
+                parsed.reasoning_content, cpt) + sum(
+                estimate_tokens(c.arguments, cpt) for c in parsed.tool_calls)
+            usage["output_tokens"] = out
+        return usage
+
+    def _input_tokens(self, body: Mapping[str, Any]) -> int:
+        cpt = self.config.server.chars_per_token
+        return sum(estimate_tokens(body.get(k), cpt)
+                   for k in ("system", "instructions", "messages", "input", "tools"))
+
+    async def _stream(self, front: Any, ex: Exchange, body: Mapping[str, Any], requested: str,
+                      info: dict[str, Any], started: float, trace: Any) -> Any:
+        from starlette.responses import StreamingResponse
+
+        events = ex.events()
+        # One task pumps the exchange into a queue; the response reads the queue with a
+        # timeout, so a waiting stream can ping without a task per event.
+        queue: asyncio.Queue[tuple[str, Any]] = asyncio.Queue()
+
+        async def pump() -> None:
+            try:
+                async for item in events:
+                    queue.put_nowait(("item", item))
+                queue.put_nowait(("end", None))
+            except Exception as exc:
+                queue.put_nowait(("error", exc))
+
+        producer = asyncio.ensure_future(pump())
+        # An upstream that fails at once (429, 5xx, refused) gets a real HTTP status;
+        # one that is slow gets the stream started, kept alive while it thinks.
+        first: tuple[str, Any] | None = None
+        try:
+            async with asyncio.timeout(self.config.server.keep_alive or None):
+                first = await queue.get()
+        except TimeoutError:
+            pass
+        if first is not None and first[0] != "item":
+            await self._stop(producer, events, trace)
+            if first[0] == "error":
+                raise first[1]
+            raise ToolrulesError("the upstream ended without an answer")
+        rid = front.prov.id_prefix + uuid.uuid4().hex[:24]
+        writer = front.writer(
+            lambda parsed, usage: self.engine.build_response(
+                parsed, front.provider, model=requested, response_id=rid, usage=usage),
+            response_id=rid, model=requested, request=body,
+            usage={"input_tokens": self._input_tokens(body)})
+        return StreamingResponse(
+            self._sse(front, ex, events, producer, queue, first, writer, body, info, started,
+                      trace),
+            media_type="text/event-stream",
+            headers={"cache-control": "no-cache", "x-accel-buffering": "no"})
+
+    async def _stop(self, producer: asyncio.Future[Any], events: AsyncGenerator[Any, None],
+                    trace: Any) -> None:
+        if not producer.done():
+            producer.cancel()
+        with contextlib.suppress(BaseException):
+            await producer
+        with contextlib.suppress(BaseException):
+            await events.aclose()
+        if trace is not None:
+            trace.close()
+
+    async def _sse(self, front: Any, ex: Exchange, events: AsyncGenerator[Any, None],
+                   producer: asyncio.Future[Any], queue: asyncio.Queue[tuple[str, Any]],
+                   first: tuple[str, Any] | None, writer: Any, body: Mapping[str, Any],
+                   info: dict[str, Any], started: float, trace: Any) -> AsyncIterator[bytes]:
+        keep_alive = self.config.server.keep_alive or None
+        info["status"] = 200
+        first_byte = None
+        try:
+            yield writer.start()
+            first_byte = time.perf_counter()
+            while True:
+                if first is not None:
+                    entry, first = first, None
+                else:
+                    try:
+                        async with asyncio.timeout(keep_alive):
+                            entry = await queue.get()
+                    except TimeoutError:
+                        yield writer.ping()
+                        continue
+                what, item = entry
+                if what == "end":
+                    break
+                if what == "error":
+                    raise item
+                kind, value = item
+                if kind == "text":
+                    yield writer.text(value)
+                elif kind == "reasoning":
+                    yield writer.reasoning(value)
+                elif kind == "call":
+                    yield writer.tool_call(value)
+                elif kind == "done":
+                    usage = {"input_tokens": self._input_tokens(body),
+                             "output_tokens": self._usage(body, value).get("output_tokens", 0)}
+                    yield writer.finish(value, usage)
+        except ProviderError as exc:
+            failure = upstream_failure(exc)
+            info.update(error=exc.code.name, stream_error=failure.status)
+            yield writer.error(failure.status, failure.message, front=front)
+        except ToolrulesError as exc:
+            info.update(error=type(exc).__name__, stream_error=500)
+            yield writer.error(500, f"the proxy could not answer: {safe_error(exc)}",
+                               front=front)
+        except Exception as exc:  # a bug: the client still gets a well-formed end
+            log.exception("request %s failed", info.get("id"))
+            info.update(error=type(exc).__name__, stream_error=500)
+            yield writer.error(500, "the proxy failed; see its log", front=front)
+        finally:
+            await self._stop(producer, events, trace)
+            if not writer.closed:
+                info["disconnected"] = True
+            self._outcome(info, ex)
+            info["ms"] = round((time.perf_counter() - started) * 1000.0, 3)
+            if first_byte is not None:
+                info["first_byte_ms"] = round((first_byte - started) * 1000.0, 3)
+            self._log(info)
+
+    # ------------------------------------------------------------ the other endpoints
+
+    def _front_for(self, headers: Mapping[str, str], path: str) -> Any:
+        fronts = [f for f in self.fronts if f.models_path == path]
+        for f in fronts:
+            if f.models_header and f.models_header in headers:
+                return f
+        plain = [f for f in fronts if not f.models_header]
+        return (plain or fronts or self.fronts)[0]
+
+    async def models(self, request: Any) -> Any:
+        from starlette.responses import JSONResponse
+
+        front = self._front_for(request.headers, request.url.path)
+        if not self._authorized(front, request.headers):
+            return self._error_response(front, _Reject(401, "invalid or missing API key"))
+        when = int(self.started)
+        stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(when))
+        models = [{"id": name, "created": when, "created_at": stamp}
+                  for name in self.config.listed_models()]
+        return JSONResponse(front.models(models))
+
+    async def count_tokens(self, request: Any, front: Any) -> Any:
+        from starlette.responses import JSONResponse
+
+        try:
+            if not self._authorized(front, request.headers):
+                raise _Reject(401, "invalid or missing API key")
+            body = await self._body(request)
+        except _Reject as rej:
+            return self._error_response(front, rej)
+        return JSONResponse(front.count_tokens(self._input_tokens(body)))
+
+    async def health(self, request: Any) -> Any:
+        from starlette.responses import JSONResponse
+
+        return JSONResponse({"status": "ok", "routes": len(self.config.routes),
+                             "fronts": [f.path for f in self.fronts]})
+
+
+def create_app(engine: Any, config: ServeConfig, *, api_keys: Iterable[str] = (),
+               trace_dir: str | os.PathLike[str] | None = None) -> Any:
+    """The Starlette app for `config` (see `load_config`)."""
+    from starlette.applications import Starlette
+    from starlette.routing import Route as HttpRoute
+
+    state = ServeApp(engine, config, api_keys=api_keys, trace_dir=trace_dir)
+    routes = []
+    model_paths: set[str] = set()
+    for front in state.fronts:
+        if front.path:
+            routes.append(HttpRoute(front.path, _bind(state.handle, front), methods=["POST"]))
+        if front.count_tokens_path:
+            routes.append(HttpRoute(front.count_tokens_path, _bind(state.count_tokens, front),
+                                    methods=["POST"]))
+        if front.models_path and front.models_path not in model_paths:
+            model_paths.add(front.models_path)
+            routes.append(HttpRoute(front.models_path, state.models, methods=["GET"]))
+    routes.append(HttpRoute("/health", state.health, methods=["GET"]))
+
+    @contextlib.asynccontextmanager
+    async def lifespan(_app: Any) -> AsyncIterator[None]:
+        yield
+        await state.upstreams.aclose()
+
+    app = Starlette(routes=routes, lifespan=lifespan)
+    app.state.serve = state
+    return app
+
+
+def _bind(handler: Any, front: Any) -> Any:
+    async def endpoint(request: Any) -> Any:
+        return await handler(request, front)
+    return endpoint

@@ -1,0 +1,292 @@
+"""One proxied request: the client's conversation to the upstream and the answer back.
+
+Native upstream: the request is translated and forwarded (`build_request` sends the
+tools field), calls come back through the provider's rules - including calls a server
+left as raw text in its content. Emulated upstream: `build_request` sends the emulation
+prompt and the history rewritten as text; the answer is read with the model's dialect
+(streamed through the incremental parser, so a call is only ever committed whole). For
+an emulated model with a schema strategy the prompt shows the simplified schemas, and
+the calls are restored to the original shape before anything else sees them.
+
+Then, in order: the text fallback (prose read as a call, only when the route asks),
+validation against the ORIGINAL schemas and, when the route allows retries, a retry:
+the invalid calls go back upstream with the feedback template (valid ones with the
+`held_call` text) until they validate or the retries are spent - before the client sees
+a single call. A stream keeps its text flowing while calls wait for validation; the
+text of a retry only reaches the client when no text was sent before.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from collections.abc import AsyncGenerator, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from .._errors import CapabilityError, ToolrulesError
+from .._types import Message, ParsedResponse, StreamChunkType, Tool, ToolCall
+
+__all__ = ["Exchange", "Outcome"]
+
+_T = StreamChunkType
+
+
+@dataclass
+class Outcome:
+    """What the exchange delivered, for the access log and the trace."""
+
+    attempts: int = 0
+    calls: int = 0
+    invalid: int = 0
+    native: bool = True
+    usage: dict[str, Any] | None = None
+    warnings: list[str] = field(default_factory=list)
+
+
+def _call_id(n: int | None = None) -> str:
+    """A fresh call id (`n`: a numbered one, for reproducible output)."""
+    return f"call_{n}" if n is not None else "call_" + uuid.uuid4().hex[:24]
+
+
+class Exchange:
+    """The upstream side of one request. `complete()` -> the final ParsedResponse;
+    `events()` -> ("text" | "reasoning", str), ("call", ToolCall), ("done",
+    ParsedResponse) in order."""
+
+    def __init__(self, *, route: Any, client: Any, messages: list[Message], tools: list[Tool],
+                 choice: Any, options: dict[str, Any], held_call: str,
+                 trace: Any = None, numbered_ids: bool = False):
+        self.route = route
+        self.engine = route.engine
+        self.client = client
+        self.model_id: str = client.as_model
+        self.messages = messages
+        self.tools = tools
+        self.options = options
+        self.held_call = held_call
+        self.trace = trace
+        self._numbered = 0 if numbered_ids else None
+        self.outcome = Outcome()
+        eng = self.engine
+        self.native = eng.sends_native_tools(self.model_id) if tools else True
+        self.outcome.native = self.native
+        self.sent_tools: list[Tool] | tuple[Tool, ...] = tools
+        self._restore = None
+        # Constrained decoding holds the model to the original schemas (the grammar is
+        # built from what is sent): simplifying them would only loosen the grammar.
+        if tools and not self.native and not route.tools.constrained:
+            simplified, restore = eng.simplify_tools(tools, self.model_id)
+            if simplified is not tools and tuple(simplified) != tuple(tools):
+                self.sent_tools, self._restore = simplified, restore
+        self.choice = self._choice(choice)
+        retries = route.tools.validation_retries
+        if retries is not None:  # the route's count
+            self.validate = retries > 0
+            self.max_attempts: int | None = max(0, int(retries)) + 1
+        else:  # the model's rules (capability validate_retry, rules/validation.yaml)
+            self.validate = bool(eng.capability(self.model_id).validate_retry)
+            self.max_attempts = None
+        self.text_fallback = bool(route.tools.text_fallback)
+
+    # ------------------------------------------------------------ set-up
+
+    def _choice(self, choice: Any) -> Any:
+        """The client's tool choice, or 'auto' when the upstream model cannot honour it
+        (a proxy degrades rather than refusing the client)."""
+        if choice is None or not self.tools:
+            return choice
+        try:
+            self.engine.tool_choice(choice, self.client.provider, self.sent_tools,
+                                    model=self.model_id)
+        except CapabilityError:
+            return "auto"
+        return choice
+
+    # ------------------------------------------------------------ calls
+
+    def _final_calls(self, parsed: ParsedResponse, taken: set[str]) -> list[ToolCall]:
+        """Calls restored to the original schemas, inferred from prose when asked, each
+        with a unique id."""
+        calls = list(parsed.tool_calls)
+        if self._restore is not None:
+            calls = [self._restore(c) for c in calls]
+        if not calls and self.text_fallback and self.tools and parsed.content:
+            found = self.engine.text_parser(model=self.model_id, tools=self.tools,
+                                            heuristics=True).parse(parsed.content)
+            calls = list(found.tool_calls)
+            if calls:
+                self.outcome.warnings.append("calls-inferred-from-text")
+        out = []
+        for c in calls:
+            cid = c.id
+            while not cid or cid in taken:
+                cid = _call_id(self._numbered)
+                if self._numbered is not None:
+                    self._numbered += 1
+            taken.add(cid)
+            out.append(c if cid == c.id else ToolCall(cid, c.name, c.arguments))
+        return out
+
+    def _check(self, calls: list[ToolCall], attempt: int) -> list[Message] | None:
+        """None when the calls go to the client; else the messages asking for a fix."""
+        if not calls or not self.validate or not self.tools:
+            return None
+        feedback: list[str | None] = []
+        due = False
+        for c in calls:
+            check = self.engine.check_tool_calls((c,), self.tools, self.model_id,
+                                                 attempt=attempt, retry=True,
+                                                 max_attempts=self.max_attempts)
+            if not check.ok:
+                self.outcome.invalid += 1
+            if check.retry and check.feedback:
+                due = True
+            feedback.append(check.feedback if not check.ok else None)
+        if not due:
+            return None
+        out = []
+        for c, text in zip(calls, feedback, strict=True):
+            out.append(Message(role="tool", tool_call_id=c.id, name=c.name, is_error=True,
+                               content=text or self.held_call))
+        return out
+
+    # ------------------------------------------------------------ tracing
+
+    def _turn(self, attempt: int, msgs: list[Message], parsed: ParsedResponse,
+              started: float, streamed: bool) -> None:
+        if self.trace is None:
+            return
+        self.trace.add({"type": "turn", "round": attempt,
+                        "request": {"history": len(self.messages), "messages": msgs[len(self.messages):],
+                                    "tools": [t.name for t in self.sent_tools],
+                                    "tool_choice": self.choice},
+                        "response": parsed, "streamed": streamed,
+                        "ms": round((time.perf_counter() - started) * 1000.0, 3)})
+
+    def _retry_notice(self, attempt: int) -> None:
+        if self.trace is not None:
+            self.trace.add({"type": "notice", "round": attempt, "notice": "validation_retry",
+                            "content": "invalid calls sent back with feedback"})
+
+    # ------------------------------------------------------------ the two modes
+
+    def _request_options(self) -> dict[str, Any]:
+        opts = dict(self.options)
+        if self.route.tools.constrained and self.tools:
+            # the upstream rule's `constrained:` section: a grammar or schema of a valid
+            # call for an emulated model, strict schemas for a native one
+            opts["constrained"] = True
+        return opts
+
+    async def complete(self) -> ParsedResponse:
+        """The whole answer, after any validation retries."""
+        msgs = list(self.messages)
+        attempt = 0
+        content: str | None = None
+        reasoning: str | None = None
+        taken: set[str] = {c.id for m in msgs for c in m.tool_calls if c.id}
+        while True:
+            attempt += 1
+            started = time.perf_counter()
+            parsed = await self.client.generate(msgs, self.sent_tools or None, self.choice,
+                                                **self._request_options())
+            self._turn(attempt, msgs, parsed, started, False)
+            self.outcome.attempts = attempt
+            self.outcome.usage = self.engine.response_usage(parsed.raw, self.client.provider)
+            content = content or parsed.content
+            reasoning = reasoning or parsed.reasoning_content
+            calls = self._final_calls(parsed, taken)
+            fix = self._check(calls, attempt)
+            if fix is None:
+                return self._done(content, reasoning, calls, parsed)
+            self._retry_notice(attempt)
+            msgs = [*msgs, Message(role="assistant", content=parsed.content,
+                                   reasoning_content=parsed.reasoning_content,
+                                   tool_calls=tuple(calls)), *fix]
+
+    async def events(self) -> AsyncGenerator[tuple[str, Any], None]:
+        """The answer as it happens: text and reasoning as they arrive, calls once
+        validated, then ("done", ParsedResponse)."""
+        msgs = list(self.messages)
+        attempt = 0
+        sent_text: list[str] = []
+        sent_reasoning: list[str] = []
+        taken: set[str] = {c.id for m in msgs for c in m.tool_calls if c.id}
+        while True:
+            attempt += 1
+            started = time.perf_counter()
+            client = self.client  # this request's own client view: its own last_response
+            had_text, had_reasoning = bool(sent_text), bool(sent_reasoning)
+            async for chunk in client.stream(msgs, self.sent_tools or None, self.choice,
+                                             **self._request_options()):
+                kind = chunk.type
+                if kind is _T.TEXT and chunk.content and not had_text:
+                    sent_text.append(chunk.content)
+                    yield "text", chunk.content
+                elif kind is _T.REASONING and chunk.content and not had_reasoning:
+                    sent_reasoning.append(chunk.content)
+                    yield "reasoning", chunk.content
+            parsed = client.last_response or ParsedResponse()
+            self._turn(attempt, msgs, parsed, started, True)
+            self.outcome.attempts = attempt
+            calls = self._final_calls(parsed, taken)
+            fix = self._check(calls, attempt)
+            if fix is None:
+                for c in calls:
+                    yield "call", c
+                yield "done", self._done("".join(sent_text) or None,
+                                         "".join(sent_reasoning) or None, calls, parsed)
+                return
+            self._retry_notice(attempt)
+            msgs = [*msgs, Message(role="assistant", content=parsed.content,
+                                   reasoning_content=parsed.reasoning_content,
+                                   tool_calls=tuple(calls)), *fix]
+
+    def _done(self, content: str | None, reasoning: str | None, calls: list[ToolCall],
+              last: ParsedResponse) -> ParsedResponse:
+        finish = last.finish_reason
+        if calls and finish in (None, "stop"):
+            finish = "tool_calls"
+        elif not calls and finish == "tool_calls":
+            finish = "stop"
+        self.outcome.calls = len(calls)
+        self.outcome.warnings.extend(last.warnings)
+        final = ParsedResponse(content=content, reasoning_content=reasoning,
+                               tool_calls=tuple(calls), finish_reason=finish or "stop",
+                               repairs=last.repairs, raw=None, warnings=last.warnings)
+        if self.trace is not None:
+            self.trace.add({"type": "done", "stopped": "done", "content": content,
+                            "calls": list(calls), "finish_reason": final.finish_reason,
+                            "attempts": self.outcome.attempts, "invalid": self.outcome.invalid})
+        return final
+
+
+def estimate_tokens(value: Any, chars_per_token: float) -> int:
+    """A token estimate from the JSON size of `value` (messages, tools, text)."""
+    if value is None:
+        return 0
+    if isinstance(value, str):
+        n = len(value)
+    else:
+        try:
+            n = len(json.dumps(value, ensure_ascii=False, default=str))
+        except (TypeError, ValueError):
+            n = 0
+    return max(1, int(n / chars_per_token + 0.5)) if n else 0
+
+
+def options_for(front: Any, upstream_options: Mapping[str, Any], body: Mapping[str, Any]
+                ) -> dict[str, Any]:
+    """The client's options the upstream's rule can write (others are dropped: a proxy
+    cannot send an option the upstream API has no field for)."""
+    out = {k: v for k, v in front.read_options(body).items() if k in upstream_options}
+    parallel = front.read_parallel(body)
+    if parallel is not None:
+        out["parallel_tool_calls"] = parallel
+    return out
+
+
+def safe_error(exc: ToolrulesError) -> str:
+    return str(exc).splitlines()[0][:500] if str(exc) else type(exc).__name__

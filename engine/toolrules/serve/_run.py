@@ -1,0 +1,103 @@
+"""Starting the proxy: one process (uvicorn), or several workers sharing the port.
+
+Workers are separate processes, so the settings travel in the environment
+(`TOOLRULES_SERVE_SETTINGS`, JSON) and each worker builds its app with `app_from_env()`
+- the same factory gunicorn's uvicorn worker can call:
+
+    gunicorn -w 4 -k uvicorn.workers.UvicornWorker 'toolrules.serve:app_from_env()'
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+__all__ = ["SETTINGS_ENV", "ServeSettings", "app_from_env", "build_app", "run"]
+
+SETTINGS_ENV = "TOOLRULES_SERVE_SETTINGS"
+
+
+@dataclass(frozen=True)
+class ServeSettings:
+    """What `toolrules serve` was asked for (no secrets: client keys stay in the
+    environment variable the configuration names)."""
+
+    config: str | None = None
+    upstream: str | None = None
+    base_url: str | None = None
+    trace_dir: str | None = None
+    rules: tuple[str, ...] = field(default_factory=tuple)
+
+
+def _api_keys(env_name: str | None) -> list[str]:
+    if not env_name:
+        return []
+    raw = os.environ.get(env_name, "")
+    return [k.strip() for k in raw.split(",") if k.strip()]
+
+
+def build_app(settings: ServeSettings, api_keys: Sequence[str] | None = None,
+              engine: Any = None) -> Any:
+    """The ASGI app for `settings` (client keys: `api_keys`, else the configuration's
+    env var)."""
+    from .._engine import load
+    from ._app import create_app
+    from ._config import load_config
+
+    engine = engine or load(paths=list(settings.rules))
+    config = load_config(engine, settings.config, upstream=settings.upstream,
+                         base_url=settings.base_url)
+    keys = list(api_keys) if api_keys else _api_keys(config.server.api_keys_env)
+    return create_app(engine, config, api_keys=keys, trace_dir=settings.trace_dir)
+
+
+def app_from_env() -> Any:
+    """The app of a worker process: settings from TOOLRULES_SERVE_SETTINGS."""
+    raw = os.environ.get(SETTINGS_ENV)
+    data = json.loads(raw) if raw else {}
+    _logging(str(data.pop("log_level", "info")))
+    data["rules"] = tuple(data.get("rules") or ())
+    return build_app(ServeSettings(**data))
+
+
+def _logging(level: str) -> None:
+    handler = logging.StreamHandler()
+    handler.setFormatter(logging.Formatter("%(message)s"))
+    for name in ("toolrules.serve", "toolrules.serve.access"):
+        logger = logging.getLogger(name)
+        logger.setLevel(getattr(logging, level.upper(), logging.INFO))
+        if not logger.handlers:
+            logger.addHandler(handler)
+        logger.propagate = False
+
+
+def run(settings: ServeSettings, *, host: str = "127.0.0.1", port: int = 8080, workers: int = 1,
+        api_keys: Sequence[str] | None = None, log_level: str = "info",
+        graceful_timeout: float = 30.0, ready: Callable[[], Any] | None = None) -> None:
+    """Serve until SIGINT/SIGTERM: new connections stop, requests in flight (streams too)
+    finish within `graceful_timeout` seconds."""
+    import importlib.util
+
+    import uvicorn
+
+    _logging(log_level)
+    fast = {"loop": "uvloop" if importlib.util.find_spec("uvloop") else "asyncio",
+            "http": "httptools" if importlib.util.find_spec("httptools") else "h11"}
+    common = dict(host=host, port=port, access_log=False, log_level=log_level,
+                  timeout_graceful_shutdown=int(graceful_timeout), server_header=False, **fast)
+    if workers > 1:
+        os.environ[SETTINGS_ENV] = json.dumps({**asdict(settings), "log_level": log_level,
+                                               "rules": list(settings.rules)})
+        if ready is not None:
+            ready()
+        uvicorn.run("toolrules.serve._run:app_from_env", factory=True, workers=workers,
+                    **common)  # type: ignore[arg-type]
+        return
+    app = build_app(settings, api_keys)
+    if ready is not None:
+        ready()
+    uvicorn.run(app, **common)  # type: ignore[arg-type]

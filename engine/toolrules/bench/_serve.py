@@ -31,19 +31,27 @@ from typing import Any
 
 __all__ = ["bench", "fake_upstream"]
 
-_MODEL = "bench-model"
+# A Qwen3 name: the rules know its raw-text call format (Hermes `<tool_call>`), which the
+# fake upstream writes when a request offers tools - as servers without a tool parser do.
+_MODEL = "qwen3-8b"
 _BODY = {"model": _MODEL, "max_tokens": 16, "messages": [{"role": "user", "content": "hi"}]}
+_TOOL = {"name": "get_weather", "description": "Current weather for a city.",
+         "input_schema": {"type": "object", "properties": {"city": {"type": "string"}},
+                          "required": ["city"]}}
+_RAW_CALL = ('Let me check.\n<tool_call>\n{"name": "get_weather", "arguments": '
+             '{"city": "Paris"}}\n</tool_call>')
 _LITELLM_CANDIDATES = ("litellm", "/tmp/litellm-venv/bin/litellm")
+_CCR_CANDIDATES = ("ccr", "/tmp/ccr/node_modules/.bin/ccr")
 # Both proxies check a client key (LiteLLM refuses to start without one): same work.
 _KEY = "sk-bench-" + "0123456789abcdef" * 2
 
 
 # ---------------------------------------------------------------- the fake upstream
 
-def _answer() -> bytes:
+def _answer(content: str = "Hello there!") -> bytes:
     body = json.dumps({"id": "chatcmpl-fake", "object": "chat.completion", "created": 1,
                        "model": _MODEL, "choices": [{"index": 0, "finish_reason": "stop",
-                       "message": {"role": "assistant", "content": "Hello there!"}}],
+                       "message": {"role": "assistant", "content": content}}],
                        "usage": {"prompt_tokens": 5, "completion_tokens": 3,
                                  "total_tokens": 8}}).encode()
     return (b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: "
@@ -70,7 +78,7 @@ _MODELS_ANSWER = (b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent
 
 
 async def _serve_upstream(sock: socket.socket) -> None:
-    plain, streamed = _answer(), _stream_answer()
+    plain, streamed, raw_call = _answer(), _stream_answer(), _answer(_RAW_CALL)
 
     async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
@@ -83,6 +91,8 @@ async def _serve_upstream(sock: socket.socket) -> None:
                 body = await reader.readexactly(length) if length else b""
                 if head.startswith(b"GET"):
                     writer.write(_MODELS_ANSWER)
+                elif b'"tools"' in body:  # a server without a tool parser: calls as text
+                    writer.write(raw_call)
                 elif b'"stream":true' in body.replace(b" ", b""):
                     writer.write(streamed)
                 else:
@@ -154,8 +164,8 @@ def _process(args: list[str], ready_url: str, limit: float,
                 proc.wait(5)
 
 
-def _litellm() -> str | None:
-    for cand in _LITELLM_CANDIDATES:
+def _which(candidates: tuple[str, ...]) -> str | None:
+    for cand in candidates:
         path = shutil.which(cand) or (cand if os.path.isfile(cand) and os.access(cand, os.X_OK)
                                       else None)
         if path:
@@ -175,13 +185,21 @@ class _Run:
     count: int
 
 
-async def _load(url: str, clients: int, stream: bool, count: int, limit: float) -> _Run:
+def _headers(api: str) -> dict[str, str]:
+    if api == "anthropic":
+        return {"content-type": "application/json", "x-api-key": _KEY,
+                "anthropic-version": "2023-06-01"}
+    return {"content-type": "application/json", "authorization": f"Bearer {_KEY}"}
+
+
+async def _load(url: str, clients: int, stream: bool, count: int, limit: float,
+                api: str = "openai") -> _Run:
     """`clients` concurrent workers over one keep-alive pool (the small asyncio client of
     clients/_fasthttp.py: a load generator that costs less than what it measures)."""
     from ..clients._fasthttp import FastClient
 
     body = json.dumps({**_BODY, "stream": stream}).encode()
-    headers = {"content-type": "application/json", "authorization": f"Bearer {_KEY}"}
+    headers = _headers(api)
     latencies: list[float] = []
     ttfbs: list[float] = []
     errors = 0
@@ -237,15 +255,44 @@ def _ms(seconds: float) -> str:
 
 # ---------------------------------------------------------------- the section
 
+async def _tool_use(url: str) -> str:
+    """One Anthropic request offering a tool, answered upstream with a raw-text call:
+    does the client get a tool_use block?"""
+    from ..clients._fasthttp import FastClient
+
+    client = FastClient(30, 10)
+    body = json.dumps({**_BODY, "max_tokens": 64, "tools": [_TOOL],
+                       "messages": [{"role": "user", "content": "Weather in Paris?"}]}).encode()
+    try:
+        r = await client.send(client.build_request("POST", url, content=body,
+                                                   headers=_headers("anthropic")))
+        data = json.loads(r.content)
+    except Exception as exc:
+        return f"failed: {exc}"
+    finally:
+        await client.aclose()
+    blocks = [b.get("type") for b in data.get("content") or [] if isinstance(b, dict)]
+    if "tool_use" in blocks:
+        use = next(b for b in data["content"] if b.get("type") == "tool_use")
+        return f"tool_use block {use.get('name')}({json.dumps(use.get('input'))})"
+    text = "".join(b.get("text", "") for b in data.get("content") or [] if isinstance(b, dict))
+    return f"no tool_use: the call came back as text {text[-40:]!r}"
+
+
 def bench(engine: Any, quick: bool) -> list[tuple[str, str]]:
-    """Direct vs toolrules serve (vs LiteLLM when installed): req/s, added latency, TTFB."""
+    """Direct vs toolrules serve vs LiteLLM's proxy (OpenAI API) and vs LiteLLM and
+    claude-code-router (Anthropic API), each when installed: req/s, added latency, TTFB,
+    and whether a raw-text call reaches an Anthropic client as a tool_use block."""
     if not (_has("starlette") and _has("uvicorn") and _has("httpx")):
         return [("serve", "skipped: pip install 'toolrules[serve]'")]
     n1, n16, limit = (150, 1500, 4.0) if quick else (400, 4000, 8.0)
-    up_port, our_port, lite_port = _port(), _port(), _port()
+    up_port, our_port, lite_port, ccr_port = _port(), _port(), _port(), _port()
     up_url = f"http://127.0.0.1:{up_port}"
-    targets: list[tuple[str, str]] = [("direct", f"{up_url}/v1/chat/completions")]
+    ours_url, lite_url = f"http://127.0.0.1:{our_port}", f"http://127.0.0.1:{lite_port}"
+    ccr_url = f"http://127.0.0.1:{ccr_port}"
+    targets: list[tuple[str, str, str]] = [("direct", "openai", f"{up_url}/v1/chat/completions")]
     out: list[tuple[str, str]] = []
+    checks: list[tuple[str, str]] = []
     py = sys.executable
     with tempfile.TemporaryDirectory() as tmp, \
             _process([py, "-c", f"from toolrules.bench._serve import fake_upstream; "
@@ -255,38 +302,57 @@ def bench(engine: Any, quick: bool) -> list[tuple[str, str]]:
         ours = [py, "-c", "from toolrules.cli import main; main()", "serve", "--upstream",
                 f"openai-compatible:{_MODEL}", "--base-url", f"{up_url}/v1",
                 "--port", str(our_port), "--log-level", "info", "--api-key", _KEY]
-        lite = _litellm()
+        lite, ccr = _which(_LITELLM_CANDIDATES), _which(_CCR_CANDIDATES)
         cfg = Path(tmp) / "litellm.yaml"
+        # an OpenAI-compatible server has chat completions: LiteLLM's /v1/messages would go
+        # to the Responses API without this setting
         cfg.write_text(json.dumps({"model_list": [{"model_name": _MODEL, "litellm_params": {
-            "model": f"openai/{_MODEL}", "api_base": f"{up_url}/v1", "api_key": "x"}}]}))
-        with _process(ours, f"http://127.0.0.1:{our_port}/health", 60) as ours_ok:
+            "model": f"openai/{_MODEL}", "api_base": f"{up_url}/v1", "api_key": "x"}}],
+            "litellm_settings": {"use_chat_completions_url_for_anthropic_messages": True}}))
+        ccr_home = Path(tmp) / "ccr"
+        (ccr_home / ".claude-code-router").mkdir(parents=True)
+        (ccr_home / ".claude-code-router" / "config.json").write_text(json.dumps({
+            "PORT": ccr_port, "HOST": "127.0.0.1", "APIKEY": _KEY, "LOG": False,
+            "Providers": [{"name": "upstream", "api_base_url": f"{up_url}/v1/chat/completions",
+                           "api_key": "x", "models": [_MODEL]}],
+            "Router": {"default": f"upstream,{_MODEL}"}}))
+        with _process(ours, f"{ours_url}/health", 60) as ours_ok, \
+                (_process([lite, "--config", str(cfg), "--port", str(lite_port),
+                           "--num_workers", "1"], f"{lite_url}/health/liveliness", 180,
+                          env={"LITELLM_LOG": "ERROR", "LITELLM_MASTER_KEY": _KEY})
+                 if lite else _null()) as lite_ok, \
+                (_process([ccr, "start"], f"{ccr_url}/health", 60, env={"HOME": str(ccr_home)})
+                 if ccr else _null()) as ccr_ok:
             if ours_ok:
-                targets.append(("toolrules serve", f"http://127.0.0.1:{our_port}/v1/chat/completions"))
+                targets += [("toolrules serve", "openai", f"{ours_url}/v1/chat/completions"),
+                            ("toolrules serve", "anthropic", f"{ours_url}/v1/messages")]
             else:
                 out.append(("toolrules serve", "did not start"))
-            lite_ctx = _process([lite, "--config", str(cfg), "--port", str(lite_port),
-                                 "--num_workers", "1"],
-                                f"http://127.0.0.1:{lite_port}/health/liveliness", 180,
-                                env={"LITELLM_LOG": "ERROR", "LITELLM_MASTER_KEY": _KEY}
-                                ) if lite else None
-            with (lite_ctx if lite_ctx is not None else _null()) as lite_ok:
-                if lite and lite_ok:
-                    targets.append(("LiteLLM proxy", f"http://127.0.0.1:{lite_port}/chat/completions"))
-                elif lite:
-                    out.append(("LiteLLM proxy", "did not start within 180 s"))
-                else:
-                    out.append(("LiteLLM proxy", "not installed (pip install 'litellm[proxy]'): "
-                                "compare with the issue's anchors"))
-                results: dict[tuple[str, int, bool], _Run] = {}
-                for name, url in targets:
-                    for clients, count in ((1, n1), (16, n16)):
-                        for stream in (False, True):
-                            results[(name, clients, stream)] = _run(
-                                _load(url, clients, stream, count, limit))
-    direct = {k[1:]: v for k, v in results.items() if k[0] == "direct"}
-    for (name, clients, stream), r in results.items():
+            if lite_ok:
+                targets += [("LiteLLM proxy", "openai", f"{lite_url}/chat/completions"),
+                            ("LiteLLM proxy", "anthropic", f"{lite_url}/v1/messages")]
+            else:
+                out.append(("LiteLLM proxy", "did not start" if lite else
+                            "not installed (pip install 'litellm[proxy]'): compare with the "
+                            "issue's anchors"))
+            if ccr_ok:
+                targets.append(("claude-code-router", "anthropic", f"{ccr_url}/v1/messages"))
+            else:
+                out.append(("claude-code-router", "did not start" if ccr else
+                            "not installed (npm install @musistudio/claude-code-router)"))
+            results: dict[tuple[str, str, int, bool], _Run] = {}
+            for name, api, url in targets:
+                for clients, count in ((1, n1), (16, n16)):
+                    for stream in (False, True):
+                        results[(name, api, clients, stream)] = _run(
+                            _load(url, clients, stream, count, limit, api))
+                if api == "anthropic":
+                    checks.append((f"{name}: raw-text call to an Anthropic client",
+                                   _run(_tool_use(url))))
+    direct = {k[2:]: v for k, v in results.items() if k[0] == "direct"}
+    for (name, api, clients, stream), r in results.items():
         mode = "stream" if stream else "non-stream"
-        label = f"{name}, {clients:>2} client(s), {mode}"
+        label = f"{name} ({api}), {clients:>2} client(s), {mode}"
         fig = f"{r.rps:8.0f} req/s  p50 {_ms(r.p50)}  p99 {_ms(r.p99)}"
         if stream and r.ttfb50 is not None:
             fig += f"  ttfb p50 {_ms(r.ttfb50)}"
@@ -297,7 +363,7 @@ def bench(engine: Any, quick: bool) -> list[tuple[str, str]]:
                 fig += f"  added ttfb {_ms(r.ttfb50 - d.ttfb50)}"
         fig += f"  errors {r.errors}/{r.count}"
         out.append((label, fig))
-    return out
+    return out + checks
 
 
 @contextmanager

@@ -179,3 +179,29 @@ def test_http_model_reads_the_same_either_way(fast):
     assert any(c.type == "tool_end" for c in chunks)
     assert (err.status, err.retry_after, err.code.name) == (429, 3.0, "RATE_LIMIT")
     assert json.loads(srv.requests[0].body)["model"] == "Qwen/Qwen3-8B"
+
+
+@pytest.mark.parametrize("fast", [False, True])
+def test_a_stream_answered_whole_still_streams(fast):
+    """A server that ignores the stream flag and answers with one JSON body: the stream
+    carries that answer (not nothing)."""
+    body = {"id": "x", "object": "chat.completion", "created": 1, "model": "m",
+            "choices": [{"index": 0, "finish_reason": "stop", "message": {
+                "role": "assistant", "content": "whole <tool_call>\n{\"name\": \"f\", "
+                "\"arguments\": {\"a\": 1}}\n</tool_call>"}}]}
+    tools = [{"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}]
+    with WireServer() as srv:
+        srv.replies.append(json_reply(body))
+        model = HttpModel("openai-compatible", "Qwen/Qwen3-8B", base_url=srv.url + "/v1",
+                          max_retries=0, fast=fast)
+
+        async def go() -> Any:
+            chunks = [c async for c in model.stream([{"role": "user", "content": "x"}], tools)]
+            await model.aclose()
+            return chunks
+
+        chunks = asyncio.run(go())
+    assert "".join(c.content or "" for c in chunks if c.type == "text") == "whole"
+    assert [(c.tool_name, c.arguments) for c in chunks if c.type == "tool_end"] == \
+        [("f", {"a": 1})]
+    assert model.last_response.tool_calls[0].arguments == {"a": 1}

@@ -320,6 +320,10 @@ class HttpModel:
         """One model turn: the answer read back through the provider's rules."""
         tools = tools or None
         response = await self._send(messages, tools, tool_choice, False, options)
+        return await self._whole(response, tools)
+
+    async def _whole(self, response: Any, tools: Any) -> ParsedResponse:
+        """A whole answer (its body read) through the provider's rules."""
         raw = response.content
         try:
             data = json.loads(raw)
@@ -348,6 +352,21 @@ class HttpModel:
                       options: dict[str, Any]) -> AsyncGenerator[StreamChunk, None]:
         httpx = _import_httpx()
         response = await self._send(messages, tools, tool_choice, True, options)
+        ctype = (response.headers.get("content-type") or "").lower()
+        if "json" in ctype and "ndjson" not in ctype and self._http.framing == "sse":
+            # a server that ignored the stream flag and answered whole: its answer, as chunks
+            from ._scripted import response_chunks
+
+            try:
+                await response.aread()
+            except httpx.HTTPError as exc:
+                raise self._transport_failure(exc, 1, "reading the answer") from None
+            finally:
+                await response.aclose()
+            parsed = await self._whole(response, tools)
+            for chunk in response_chunks(parsed):
+                yield chunk
+            return
         reader = self.engine.response_stream(self.provider, tools=tools, model=self.as_model)
         decoder = decoder_for(self._http.framing)
         events: list[Any] = []

@@ -588,3 +588,29 @@ def test_trace_is_redacted_and_replays(upstream, tmp_path):
     res = CliRunner().invoke(main, ["replay", str(path)])
     assert res.exit_code == 0, res.output
     assert "no divergence" in res.output
+
+
+def test_constrained_route_puts_the_call_grammar_in_the_request(tmp_path):
+    """`constrained: true`: the upstream's rule says where the grammar goes (llama.cpp's
+    `grammar` field, GBNF) - the call the model is held to is the one the prompt asks for."""
+    cfg = """
+routes:
+  - model: local
+    upstream: {provider: llamacpp, model: gemma-3-270m, base_url: %s/v1}
+    tools: {constrained: true}
+"""
+    import toolrules
+
+    if not toolrules.load().provider_rules("llamacpp").data.get("constrained"):
+        pytest.skip("the llamacpp rule has no `constrained:` section here")
+    answer = '```json\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n```'
+    with WireServer(responder=lambda s: chat_reply(answer)) as up, \
+            ProxyServer(config=cfg % up.url, tmp=tmp_path) as proxy:
+        m = an(proxy).messages.create(model="local", max_tokens=64, tools=[WEATHER],
+                                      tool_choice={"type": "any"},
+                                      messages=[{"role": "user", "content": "Paris?"}])
+        sent = up.requests[-1].json()
+    assert "tools" not in sent  # emulated: Gemma 3 has no native tools
+    assert "get_weather" in sent["grammar"] and "::=" in sent["grammar"]
+    assert [(b.name, b.input) for b in m.content if b.type == "tool_use"] == \
+        [("get_weather", {"city": "Paris"})]

@@ -123,3 +123,29 @@ def test_local_model_openai_client_multi_turn(proxy):
         model=MODEL, max_tokens=24, stream=True,
         messages=[{"role": "user", "content": "Count to three."}]))
     assert chunks[-1].choices[0].finish_reason in ("stop", "length")
+
+
+def test_local_model_constrained_to_a_valid_call(llama_server, tmp_path):
+    """With `constrained: true` the upstream decodes under the call grammar: even a 270M
+    base model's answer is a valid call, which the client gets as a tool_use block."""
+    import toolrules
+
+    if not toolrules.load().provider_rules("llamacpp").data.get("constrained"):
+        pytest.skip("the llamacpp rule has no `constrained:` section here")
+    cfg = tmp_path / "proxy.yaml"
+    cfg.write_text(f"""
+routes:
+  - model: claude-sonnet-4-5
+    upstream: {{provider: llamacpp, model: {MODEL}, base_url: {llama_server}}}
+    tools: {{constrained: true}}
+""", encoding="utf-8")
+    with ProxyServer(config=cfg.read_text(), tmp=tmp_path) as proxy:
+        client = anthropic.Anthropic(base_url=proxy.url, api_key="x", max_retries=0,
+                                     timeout=300)
+        m = client.messages.create(model="claude-sonnet-4-5", max_tokens=128, tools=[WEATHER],
+                                   tool_choice={"type": "any"}, extra_body={"temperature": 0},
+                                   messages=[{"role": "user", "content":
+                                              "What is the weather in Paris?"}])
+    uses = [b for b in m.content if b.type == "tool_use"]
+    assert len(uses) == 1 and m.stop_reason == "tool_use"
+    _check_uses(uses)

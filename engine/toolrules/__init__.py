@@ -64,9 +64,11 @@ from .calls._response_format import (
 from .calls._selection import optimize_tool_definitions
 from .calls._tool_errors import ToolError, ToolErrorCode, get_retry_strategy, should_retry
 from .calls._validation import ToolEnvelope, ValidationError, ValidationResult
-from .clients import ModelClient, ScriptedModel
+from .clients import LocalModel, ModelClient, ScriptedModel
 from .clients._connect import connect
 from .clients._errors import ProviderError
+from .emulation._chat import ChatPrompt
+from .emulation._grammar import CallGrammar
 from .emulation._part import build_emulation_prompt
 from .emulation._rules import EmulationPrompt, EmulationStyle
 from .runtime import (
@@ -84,13 +86,16 @@ from .runtime import (
 
 __all__ = [
     "CallCheck",
+    "CallGrammar",
     "Capability",
     "CapabilityError",
+    "ChatPrompt",
     "EmulationPrompt",
     "EmulationStyle",
     "Engine",
     "ExecutionPlan",
     "InputTooLargeError",
+    "LocalModel",
     "LoopEvent",
     "LoopEventType",
     "LoopOutcome",

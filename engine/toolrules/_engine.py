@@ -19,10 +19,12 @@ from .calls._part import CallsPart
 from .calls._policy import check_rules as _check_policies
 from .dialects._compile import check_rules as _check_dialects
 from .dialects._parser import MAX_TEXT_CHARS, DialectsPart
+from .emulation._chat import check_rules as _check_chat
 from .emulation._part import EmulationPart
 from .emulation._rules import check_rules as _check_emulation
 from .models._part import ModelsPart
 from .models._rules import check_rules as _check_models
+from .providers._constrained import check_rules as _check_constrained
 from .providers._part import ProvidersPart
 from .providers._rules import check_rules as _check_providers
 from .providers._transport import check_rules as _check_transport
@@ -40,6 +42,8 @@ if TYPE_CHECKING:
     from .calls._validation import ToolEnvelope, ValidationError, ValidationResult
     from .dialects._compile import Dialect
     from .dialects._parser import TextParser
+    from .emulation._chat import ChatPrompt
+    from .emulation._grammar import CallGrammar
     from .emulation._rules import EmulationPrompt, EmulationStyle
     from .models._rules import Resolution
     from .providers._front import Front
@@ -51,8 +55,9 @@ T = TypeVar("T")
 
 # Every concern's cross-checks between rule files, in the order lint reports them.
 CROSS_CHECKS: tuple[CrossCheck, ...] = (
-    _check_models, _check_providers, _check_transport, _check_dialects, _check_tables,
-    _check_emulation, _check_loop, _check_policies, _check_evals, _check_serve)
+    _check_models, _check_providers, _check_transport, _check_constrained, _check_dialects,
+    _check_tables, _check_emulation, _check_chat, _check_loop, _check_policies, _check_evals,
+    _check_serve)
 
 
 def lint_rules(rs: RuleSet, thorough: bool = True) -> list[Problem]:
@@ -255,6 +260,29 @@ class Engine:
     def render_template(self, name: str, context: Mapping[str, Any]) -> str:
         """Render any template of the rule set (sandboxed, strict) with `context`."""
         return self._emulation.render_template(name, context)
+
+    def chat_prompt(self, messages: Any, model: Any = None, *, tools: Any = None,
+                    tool_choice: Any = "auto", capability: Capability | None = None,
+                    style: str | None = None, template: str | None = None,
+                    embedded: str | None = None, add_generation_prompt: bool = True,
+                    bos_token: str = "", eos_token: str = "") -> ChatPrompt:
+        """The one prompt a raw-text model completes for this conversation: its turn
+        format (capability `chat_template`, or `template`, or a template `embedded` in its
+        weights) over the conversation as an emulated model sees it - the emulation prompt
+        for `tools` with the system text, earlier calls and results written as text. Comes
+        with the turn's stop strings and the dialect that reads the answer."""
+        return self._emulation.chat_prompt(messages, model, tools=tools, tool_choice=tool_choice, capability=capability, style=style, template=template, embedded=embedded, add_generation_prompt=add_generation_prompt, bos_token=bos_token, eos_token=eos_token)
+
+    def call_grammar(self, tools: Any, model: Any = None, *, format: str = "gbnf",
+                     tool_choice: Any = "auto", capability: Capability | None = None,
+                     style: str | None = None) -> CallGrammar | None:
+        """Constrained decoding for `tools`: the grammar that admits only a valid call in
+        the format `model`'s emulation prompt asks for (its markers, keys and arguments
+        typed by each tool's schema). `format`: gbnf (llama.cpp grammars) or json_schema
+        (servers that take a schema: the call's JSON object alone). `tool_choice`:
+        required or a tool name - one call; auto - a call or free text the dialect keeps
+        as text (GBNF only; json_schema gives None); none - None (no constraint)."""
+        return self._emulation.call_grammar(tools, model, format=format, tool_choice=tool_choice, capability=capability, style=style)
 
     def optimize_tool_definitions(self, tools: Any, capability: Capability | str | None = None,
                                   task_hint: str | None = None) -> tuple[Tool, ...]:

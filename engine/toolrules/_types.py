@@ -239,6 +239,10 @@ class Capability:
     decline_calls: tuple[str, ...] = ()
     """Tool names this model writes to mean "no call" (e.g. no_function): read as no call,
     with a warning. Default none."""
+    chat_template: str | None = None
+    """The model's turn format for raw-text inference: a template under templates/chat/
+    (Hugging Face chat-template variables: `messages`, `add_generation_prompt`,
+    `bos_token`), for weights that carry none (the embedded local model). Default None."""
 
     def non_default(self) -> dict[str, Any]:
         """The fields that differ from the defaults (what a resolution decided)."""

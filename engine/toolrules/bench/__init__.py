@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from . import _dialects, _emulation, _models, _providers, _runtime, _serve
+from . import _dialects, _emulation, _local, _models, _providers, _runtime, _serve
 
 __all__ = ["SECTIONS"]
 
@@ -22,4 +22,5 @@ SECTIONS: tuple[tuple[str, Section], ...] = (
     ("emulation", _emulation.bench),
     ("runtime", _runtime.bench),
     ("serve", _serve.bench),
+    ("local", _local.bench),
 )

@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from ._http import HttpModel
+    from ._local import LocalModel
+
+# The embedded model is not a provider rule: it has no wire format, only weights.
+LOCAL = "local"
 
 __all__ = ["connect"]
 
@@ -16,8 +21,14 @@ def connect(provider: str, model: str | None = None, *, base_url: str | None = N
             connect_timeout: float | None = 10.0, max_retries: int | None = None,
             request_overrides: Mapping[str, Any] | None = None,
             headers: Mapping[str, str] | None = None, as_model: str | None = None,
-            engine: Any = None) -> HttpModel:
+            engine: Any = None, gguf: str | os.PathLike[str] | None = None,
+            **local: Any) -> HttpModel | LocalModel:
     """A model client (`generate`, `stream`, and `*_sync` twins) for `model` at `provider`.
+
+    `connect("local")` runs the embedded model in-process instead (extra
+    `toolrules[local]`; rules/local.yaml): `gguf=PATH` runs other weights, `as_model` (or
+    `model`) names the id whose rules apply, and LocalModel's options (n_ctx, threads,
+    max_tokens, temperature, seed, constrained, chat_template, style) pass through.
 
     provider   a rules/providers id or alias (`openai-compatible`, `anthropic`, `ollama`
                ...); `"PROVIDER:MODEL"` works too when `model` is not given
@@ -32,6 +43,13 @@ def connect(provider: str, model: str | None = None, *, base_url: str | None = N
     as_model   the id whose capabilities and dialect apply, when the served name says
                nothing about the model (a local server's `model.gguf`)
     """
+    if str(provider).strip().lower() == LOCAL:
+        from ._local import LocalModel
+
+        return LocalModel(gguf, as_model=as_model or model, engine=engine, **local)
+    if gguf is not None or local:
+        raise TypeError(f"gguf= and {', '.join(sorted(local)) or 'local options'} are for "
+                        f"connect({LOCAL!r}) only")
     if model is None:
         provider, sep, rest = str(provider).partition(":")
         if not sep or not rest:

@@ -16,6 +16,8 @@ from .._types import Capability, Message, Tool, ToolCall, coerce_tools
 from ..calls._validation import ValidationError, as_tool_call, tool_index, validation_rules
 from ..rules._default import resolve_engine
 from ..rules._part import Part
+from ._chat import ChatPrompt
+from ._grammar import CallGrammar
 from ._rules import EmulationPrompt, EmulationRules, EmulationStyle
 
 __all__ = ["EmulationPart", "build_emulation_prompt"]
@@ -215,6 +217,40 @@ class EmulationPart(Part):
     def render_template(self, name: str, context: Mapping[str, Any]) -> str:
         """Render any template of the rule set (sandboxed, strict) with `context`."""
         return self._emulation_rules().render_template(name, context)
+
+    def chat_prompt(self, messages: Any, model: Any = None, *, tools: Any = None,
+                    tool_choice: Any = "auto", capability: Capability | None = None,
+                    style: str | None = None, template: str | None = None,
+                    embedded: str | None = None, add_generation_prompt: bool = True,
+                    bos_token: str = "", eos_token: str = "") -> ChatPrompt:
+        """See Engine.chat_prompt (emulation/_chat.py)."""
+        from ._chat import build_chat_prompt
+
+        return build_chat_prompt(self, messages, model, tools=tools, tool_choice=tool_choice,
+                                 capability=capability, style=style, template=template,
+                                 embedded=embedded, add_generation_prompt=add_generation_prompt,
+                                 bos_token=bos_token, eos_token=eos_token)
+
+    def call_grammar(self, tools: Any, model: Any = None, *, format: str = "gbnf",
+                     tool_choice: Any = "auto", capability: Capability | None = None,
+                     style: str | None = None) -> CallGrammar | None:
+        """See Engine.call_grammar (emulation/_grammar.py); one build per tool set."""
+        from ._grammar import build_call_grammar, normalize_tool_choice
+
+        tool_list = coerce_tools(tools)
+        key = _prompt_key(tool_list, model, None, capability, style, None)
+        if key is not None:
+            key = (key, format, normalize_tool_choice(tool_choice))
+        cache: dict[Any, CallGrammar | None] = self._cached("emulation:call_grammars", dict)
+        if key is not None and key in cache:
+            return cache[key]
+        built = build_call_grammar(self, tool_list, model, format=format,
+                                   tool_choice=tool_choice, capability=capability, style=style)
+        if key is not None:
+            if len(cache) >= _PROMPT_CACHE_SIZE:
+                cache.clear()
+            cache[key] = built
+        return built
 
     def optimize_tool_definitions(self, tools: Any, capability: Capability | str | None = None,
                                   task_hint: str | None = None) -> tuple[Tool, ...]:

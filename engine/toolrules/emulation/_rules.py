@@ -42,7 +42,7 @@ __all__ = ["EmulationPrompt", "EmulationRules", "EmulationStyle", "check_rules",
 _KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_.-]*$")
 _CMP = re.compile(r"^\s*(<=|>=|==|!=|<|>)\s*(-?\d+(?:\.\d+)?)\s*$")
 _NUMERIC_FIELDS = ("context_window", "max_output_tokens")
-TEMPLATE_DIRS = ("emulation", "feedback", "results")
+TEMPLATE_DIRS = ("emulation", "feedback", "results", "chat")
 
 
 @dataclass(frozen=True, slots=True)

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from . import (
+    _constrained,
     _dialects,
     _emulation,
     _evals,
@@ -25,7 +26,8 @@ from ._core import GoldenFile, dump, golden_root, regen_command
 
 __all__ = ["check", "regen"]
 
-SUITES = (_models, _lint, _dialects, _providers, _emulation, _policies, _loop, _evals, _serve)
+SUITES = (_models, _lint, _dialects, _providers, _emulation, _policies, _loop, _evals, _serve,
+          _constrained)
 
 
 def _generate(pattern: str) -> list[GoldenFile]:

@@ -232,7 +232,9 @@ class ProvidersPart(Part):
                       tool_choice: Any = None, **options: Any) -> dict[str, Any]:
         """A complete request body for `provider`.
 
-        Options with a meaning here: strict, parallel_tool_calls, allowed_tools,
+        Options with a meaning here: strict, constrained (the grammar or schema of a valid
+        call in the body, as the rule's `constrained:` section says), parallel_tool_calls,
+        allowed_tools,
         denied_tools (masking: hidden tools are not sent), request_overrides (merged into
         the body; the provider's reserved fields are protected), transforms (extra named
         message transforms). Every other option is mapped through the provider's
@@ -249,6 +251,7 @@ class ProvidersPart(Part):
 
         prov = self.provider_rules(provider)
         strict = options.pop("strict", None)
+        constrained = options.pop("constrained", None)
         parallel = options.pop("parallel_tool_calls", None)
         allowed = options.pop("allowed_tools", None)
         denied = options.pop("denied_tools", None)
@@ -262,6 +265,12 @@ class ProvidersPart(Part):
             self._check_choice(norm[0], norm[1], tool_list, model, True)
         names = self._name_map(prov, all_tools)
         send, choice_wire, emulation = self._choose_tools(prov, model, msgs, tool_list, norm, names)
+        constraint = None
+        if constrained:
+            from ._constrained import constraint_for
+
+            strict, constraint = constraint_for(self.engine, prov, model, tool_list, norm,
+                                                emulation is not None, strict)
         if emulation is not None:  # an emulated model sees its history as text too
             msgs = self.engine.emulate_history(msgs, tool_list, model)
         body: dict[str, Any] = {}
@@ -294,6 +303,8 @@ class ProvidersPart(Part):
                 err.args = (f"{err}; other body fields go in request_overrides={{...}}",)
                 raise err
             set_path(body, path, value)
+        if constraint is not None:
+            set_path(body, constraint[0], constraint[1])
         if overrides:
             _apply_overrides(prov, body, overrides)
         return body

@@ -9,6 +9,7 @@ from typing import Any
 from . import (
     _schemas_dialects,
     _schemas_evals,
+    _schemas_local,
     _schemas_loop,
     _schemas_models,
     _schemas_providers,
@@ -21,7 +22,7 @@ from ._schemas_models import CAPABILITY_FIELDS
 __all__ = ["CAPABILITY_FIELDS", "KIND_SCHEMAS", "TABLE_SCHEMAS", "all_table_schemas", "schema_for"]
 
 _MODULES = (_schemas_models, _schemas_providers, _schemas_dialects, _schemas_tables,
-            _schemas_runtime, _schemas_loop, _schemas_evals, _schemas_serve)
+            _schemas_runtime, _schemas_loop, _schemas_evals, _schemas_serve, _schemas_local)
 
 KIND_SCHEMAS: dict[str, dict[str, Any]] = {}
 TABLE_SCHEMAS: dict[str, dict[str, Any]] = {}

@@ -41,6 +41,9 @@ CAPABILITY_FIELDS: dict[str, dict[str, Any]] = {
     "decline_calls": _strlist("tool names this model writes to mean \"no call\": read as no "
                               "call, with a warning (unless a tool of that name is offered)",
                               "decline_calls: [no_function]"),
+    "chat_template": _str("the turn format for raw-text inference: a template under "
+                          "templates/chat/ (Hugging Face chat-template variables)",
+                          "chat_template: chat/gemma.j2", nullable=True),
 }
 
 _CAPABILITY_MAP = {"type": "dict", "schema": CAPABILITY_FIELDS,

@@ -371,6 +371,23 @@ PROVIDER_SCHEMA: dict[str, Any] = {
     }),
     "http": _HTTP,
     "serve": _SERVE,
+    "constrained": _section(
+        "constrained decoding (build_request(..., constrained=True)): how this provider "
+        "takes the constraint derived from the offered tools (Engine.call_grammar)", {
+            "format": _str("what the server takes for an emulated model: gbnf (a llama.cpp "
+                           "grammar, which can also allow free text for tool_choice auto) or "
+                           "json_schema (the call's JSON object; required and named choices "
+                           "only); omit: none", "format: gbnf",
+                           allowed=["gbnf", "json_schema"]),
+            "path": _str("body path of the constraint", "path: grammar"),
+            "value": _expr("the wire value, over {grammar: the GBNF text or the JSON schema, "
+                           "name: 'tool_call'} (default: the grammar itself)",
+                           "value: \"{type: 'json_schema', json_schema: {name: name, "
+                           "schema: grammar}}\"", nullable=True),
+            "native": _str("what `constrained` means for a model with native tools: strict "
+                           "(the tools' strict schema mode); omit: unsupported",
+                           "native: strict", allowed=["strict"]),
+        }),
     "notes": _str("free text"),
 }
 

@@ -193,8 +193,13 @@ async def _run_async(base: Any, target: Target, scenario: Scenario, strategy: St
     ws = Path(tempfile.mkdtemp(prefix="toolrules-eval-"))
     try:
         scenario.make_workspace(ws)
-        executor = ToolExecutor(scenario.registry(engine, ws), workspace=ws,
-                                trust=scenario.trust, engine=engine)
+        try:
+            registry = scenario.registry(engine, ws)
+        except ValueError as exc:  # e.g. an overlaid built-in tool set lacks a tool
+            return RunRecord(**common, success=False, reasons=(f"error: {exc}",),
+                             stopped="error", rounds=0, events=(), tokens=0, repairs=0,
+                             latency_ms=0.0, error=f"ValueError: {exc}")
+        executor = ToolExecutor(registry, workspace=ws, trust=scenario.trust, engine=engine)
         trace_path = None
         if trace_dir:
             name = f"{target.id}.{strategy.name}.{profile.name}.{scenario.id}.{trial}.jsonl"

@@ -66,8 +66,11 @@ def _check_scenario(rs: RuleSet, rf: RuleFile, rep: Any, builtins: set[str],
     offered: set[str] = set()
     for j, name in enumerate(tools.get("builtin") or ()):
         if builtins and name not in builtins:
-            rep.error(rf, ("tools", "builtin", j), f"no built-in tool {name!r}; known: "
-                      f"{', '.join(sorted(builtins))}", "scenario-tool")
+            # a warning: a project may overlay a smaller built-in tool set; the engine
+            # still loads, and `toolrules eval` reports this scenario's runs as errors
+            rep.warning(rf, ("tools", "builtin", j), f"no built-in tool {name!r}; known: "
+                        f"{', '.join(sorted(builtins))}; this scenario cannot run with "
+                        "this tool set", "scenario-tool")
         offered.add(name)
     for j, tool in enumerate(tools.get("declared") or ()):
         name = tool.get("name")
@@ -94,8 +97,9 @@ def _check_scenario(rs: RuleSet, rf: RuleFile, rep: Any, builtins: set[str],
                           "scenario-mock")
             delegate = result.get("delegate") or {}
             if builtins and delegate.get("tool") and delegate["tool"] not in builtins:
-                rep.error(rf, (*base, "delegate", "tool"), f"no built-in tool "
-                          f"{delegate['tool']!r}", "scenario-mock")
+                rep.warning(rf, (*base, "delegate", "tool"), f"no built-in tool "
+                            f"{delegate['tool']!r}; this scenario cannot run with this "
+                            "tool set", "scenario-mock")
             if "when" in result:
                 _check_matchers(rep, rf, (*base, "when"), result["when"])
     expect = data.get("expect") or {}

@@ -87,6 +87,9 @@ def canonical_messages(msgs: Iterable[Message], lossy: Iterable[str]) -> list[di
         text = m.content if m.role == "tool" else content_text(m.content)
         if isinstance(text, (dict, list)):
             text = json.dumps(text, sort_keys=True)
+        if m.tool_calls and "blank_call_text" in lossy and isinstance(text, str) \
+                and not text.strip():
+            text = None  # the wire sends a call turn's whitespace-only text as null
         if text:
             d["content"] = text
         if m.tool_calls:

@@ -261,7 +261,8 @@ PROVIDER_SCHEMA: dict[str, Any] = {
                         "aliases: [my-server, my-server-v2]"),
     "docs": _str("link to the provider's API reference"),
     "lossy": _strlist("UTP details this wire format cannot carry (round-trip tests skip "
-                      "them): tool_error, call_ids, result_names, reasoning, system_position",
+                      "them): tool_error, call_ids, result_names, reasoning, system_position, "
+                      "blank_call_text",
                       "lossy: [tool_error]"),
     "request": _section("the request body", {
         "model": _str("body path of the model id; omit when the model is not in the body",

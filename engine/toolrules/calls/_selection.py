@@ -6,14 +6,15 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
-from .._errors import UnknownRuleError
+from .._errors import ParseError, UnknownRuleError
 from .._types import Capability, Tool, coerce_tools
 from ..rules._default import resolve_engine
 
-__all__ = ["SelectionRules", "optimize_tool_definitions", "selection_rules"]
+__all__ = ["SelectionRules", "normalize_choice", "optimize_tool_definitions", "selection_rules"]
 
 _WORD = re.compile(r"[a-z0-9]+")
 _CAMEL = re.compile(r"(?<=[a-z0-9])(?=[A-Z])")
@@ -138,3 +139,35 @@ def optimize_tool_definitions(tools: Any, capability: Capability | str | None = 
     cap = capability if isinstance(capability, Capability) else \
         engine.capability(capability) if capability is not None else Capability()
     return selection_rules(engine).optimize(coerce_tools(tools), cap, task_hint)
+
+
+# ---------------------------------------------------------------- tool choice
+
+def normalize_choice(choice: Any) -> tuple[str, str | None] | None:
+    """("auto"|"none"|"required"|"named", name) from the forms users pass."""
+    if choice is None:
+        return None
+    if isinstance(choice, Tool):
+        return "named", choice.name
+    if isinstance(choice, str):
+        key = choice.strip()
+        low = key.lower()
+        if low in ("auto", "none", "required"):
+            return low, None
+        if low == "any":
+            return "required", None
+        if not key:
+            raise ParseError("tool_choice is an empty string")
+        return "named", key
+    if isinstance(choice, Mapping):
+        fn = choice["function"] if isinstance(choice.get("function"), Mapping) else choice
+        name = fn.get("name")
+        if isinstance(name, str) and name:
+            return "named", name
+        kind = str(choice.get("type") or choice.get("mode") or "").lower()
+        if kind in ("auto", "none", "required"):
+            return kind, None
+        if kind == "any":
+            return "required", None
+    raise ParseError(f"cannot read tool_choice {choice!r}: use auto, none, required, a tool name "
+                     "or {'type': 'function', 'function': {'name': ...}}")

@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING, Any
 
 from .._errors import CapabilityError, ParseError, SchemaError, UnknownRuleError
 from .._types import Tool, ToolCall, coerce_tools
+from ..calls._selection import normalize_choice
 from ._schema_gbnf import GbnfBuilder, char_class, literal, pointer
 
 if TYPE_CHECKING:
@@ -108,31 +109,7 @@ class CallGrammar:
 
 def normalize_tool_choice(choice: Any) -> tuple[str, str | None]:
     """("auto"|"none"|"required"|"named", name) from the forms callers pass (None: auto)."""
-    if choice is None:
-        return "auto", None
-    if isinstance(choice, Tool):
-        return "named", choice.name
-    if isinstance(choice, str):
-        key = choice.strip()
-        low = key.lower()
-        if low in ("auto", "none", "required"):
-            return low, None
-        if low == "any":
-            return "required", None
-        if key:
-            return "named", key
-    if isinstance(choice, Mapping):
-        fn = choice["function"] if isinstance(choice.get("function"), Mapping) else choice
-        name = fn.get("name")
-        if isinstance(name, str) and name:
-            return "named", name
-        kind = str(choice.get("type") or choice.get("mode") or "").lower()
-        if kind in ("auto", "none", "required"):
-            return kind, None
-        if kind == "any":
-            return "required", None
-    raise ParseError(f"cannot read tool_choice {choice!r}: use auto, none, required, a tool name "
-                     "or {'type': 'function', 'function': {'name': ...}}")
+    return normalize_choice(choice) or ("auto", None)
 
 
 # ---------------------------------------------------------------- the call's shape

@@ -20,6 +20,7 @@ from typing import Any
 from .._errors import CapabilityError, ParseError, SchemaError, UnknownRuleError
 from .._jsonutil import decode_object
 from .._types import Message, ToolCall, ToolResult
+from ..calls._selection import normalize_choice
 from ._rules import (
     MAX_BODY_BYTES,
     MESSAGE_TRANSFORMS,
@@ -441,38 +442,6 @@ def read_history(prov: Provider, wires: list[Any]) -> list[Message]:
 
 
 # ---------------------------------------------------------------- tool choice
-
-def normalize_choice(choice: Any) -> tuple[str, str | None] | None:
-    """("auto"|"none"|"required"|"named", name) from the forms users pass."""
-    from .._types import Tool
-
-    if choice is None:
-        return None
-    if isinstance(choice, Tool):
-        return "named", choice.name
-    if isinstance(choice, str):
-        key = choice.strip()
-        low = key.lower()
-        if low in ("auto", "none", "required"):
-            return low, None
-        if low == "any":
-            return "required", None
-        if not key:
-            raise ParseError("tool_choice is an empty string")
-        return "named", key
-    if isinstance(choice, dict):
-        fn = choice["function"] if isinstance(choice.get("function"), dict) else choice
-        name = fn.get("name")
-        if isinstance(name, str) and name:
-            return "named", name
-        kind = str(choice.get("type") or choice.get("mode") or "").lower()
-        if kind in ("auto", "none", "required"):
-            return kind, None
-        if kind == "any":
-            return "required", None
-    raise ParseError(f"cannot read tool_choice {choice!r}: use auto, none, required, a tool name "
-                     "or {'type': 'function', 'function': {'name': ...}}")
-
 
 def choice_value(prov: Provider, kind: str, name: str | None, names: list[str]) -> tuple[Any, ChoiceEntry]:
     entry = prov.choices.get(kind)

@@ -9,12 +9,13 @@ prompt and the model's dialect for one that does not (`Engine.build_request`,
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Sequence
+import asyncio
+from collections.abc import AsyncIterator, Iterator, Sequence
 from typing import Any, Protocol, runtime_checkable
 
 from .._types import Message, ParsedResponse, StreamChunk, Tool
 
-__all__ = ["ModelClient"]
+__all__ = ["ModelClient", "iterate_sync"]
 
 
 @runtime_checkable
@@ -38,3 +39,17 @@ class ModelClient(Protocol):
     def stream(self, messages: Sequence[Message], tools: Sequence[Tool] | None = None,
                tool_choice: Any = "auto", **kw: Any) -> AsyncIterator[StreamChunk]:
         ...
+
+
+def iterate_sync(loop: asyncio.AbstractEventLoop, agen: Any) -> Iterator[StreamChunk]:
+    """Drive an async generator of chunks from code without an event loop (the sync
+    facades' `stream_sync`); the generator is closed however iteration ends."""
+    try:
+        while True:
+            try:
+                chunk = loop.run_until_complete(agen.__anext__())
+            except StopAsyncIteration:
+                return
+            yield chunk
+    finally:
+        loop.run_until_complete(agen.aclose())

@@ -28,6 +28,7 @@ from ..calls._tool_errors import ToolErrorCode
 from ..providers._rules import set_path
 from ..providers._transport import HttpRules, http_rules
 from ..rules._default import resolve_engine
+from ._base import iterate_sync
 from ._errors import ProviderError
 from ._framing import FramingError, StreamFailure, decoder_for
 from ._retry import RetryPolicy, parse_retry_after, retry_policy
@@ -445,15 +446,7 @@ class HttpModel:
         """`stream` for code without an event loop."""
         loop = self._sync_loop()
         agen = self._stream(messages, tools or None, tool_choice, options)
-        try:
-            while True:
-                try:
-                    chunk = loop.run_until_complete(agen.__anext__())
-                except StopAsyncIteration:
-                    return
-                yield chunk
-        finally:
-            loop.run_until_complete(agen.aclose())
+        yield from iterate_sync(loop, agen)
 
     # ------------------------------------------------------------ closing
 

@@ -39,6 +39,7 @@ from .._types import (
     coerce_tools,
 )
 from ..rules._default import resolve_engine
+from ._base import iterate_sync
 
 if TYPE_CHECKING:
     from ..emulation._chat import ChatPrompt
@@ -538,15 +539,7 @@ class LocalModel:
         """`stream` for code without an event loop."""
         loop = self._sync_loop()
         agen = self._stream(messages, tools, tool_choice, options)
-        try:
-            while True:
-                try:
-                    chunk = loop.run_until_complete(agen.__anext__())
-                except StopAsyncIteration:
-                    return
-                yield chunk
-        finally:
-            loop.run_until_complete(agen.aclose())
+        yield from iterate_sync(loop, agen)
 
     def close(self) -> None:
         """Close the sync facade's loop (the loaded weights stay for other clients)."""

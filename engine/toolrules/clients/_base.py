@@ -15,7 +15,7 @@ from typing import Any, Protocol, runtime_checkable
 
 from .._types import Message, ParsedResponse, StreamChunk, Tool
 
-__all__ = ["ModelClient", "iterate_sync"]
+__all__ = ["ModelClient", "iterate_sync", "sync_loop"]
 
 
 @runtime_checkable
@@ -39,6 +39,22 @@ class ModelClient(Protocol):
     def stream(self, messages: Sequence[Message], tools: Sequence[Tool] | None = None,
                tool_choice: Any = "auto", **kw: Any) -> AsyncIterator[StreamChunk]:
         ...
+
+
+def sync_loop(current: asyncio.AbstractEventLoop | None) -> asyncio.AbstractEventLoop:
+    """The private event loop of a client's sync facade: `current` while it is open, else a
+    new one. Refused inside a running loop, where the async methods are the way."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        pass
+    else:
+        raise RuntimeError("generate_sync/stream_sync cannot run inside an event loop; "
+                           "use `await model.generate(...)` / `async for ... in "
+                           "model.stream(...)` there")
+    if current is None or current.is_closed():
+        return asyncio.new_event_loop()
+    return current
 
 
 def iterate_sync(loop: asyncio.AbstractEventLoop, agen: Any) -> Iterator[StreamChunk]:

@@ -28,7 +28,7 @@ from ..calls._tool_errors import ToolErrorCode
 from ..providers._rules import set_path
 from ..providers._transport import HttpRules, http_rules
 from ..rules._default import resolve_engine
-from ._base import iterate_sync
+from ._base import iterate_sync, sync_loop
 from ._errors import ProviderError
 from ._framing import FramingError, StreamFailure, decoder_for
 from ._retry import RetryPolicy, parse_retry_after, retry_policy
@@ -421,16 +421,7 @@ class HttpModel:
     # ------------------------------------------------------------ sync facade
 
     def _sync_loop(self) -> asyncio.AbstractEventLoop:
-        try:
-            asyncio.get_running_loop()
-        except RuntimeError:
-            pass
-        else:
-            raise RuntimeError("generate_sync/stream_sync cannot run inside an event loop; "
-                               "use `await model.generate(...)` / `async for ... in "
-                               "model.stream(...)` there")
-        if self._loop is None or self._loop.is_closed():
-            self._loop = asyncio.new_event_loop()
+        self._loop = sync_loop(self._loop)
         return self._loop
 
     def generate_sync(self, messages: Sequence[Message | dict[str, Any]],

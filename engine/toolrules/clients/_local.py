@@ -39,7 +39,7 @@ from .._types import (
     coerce_tools,
 )
 from ..rules._default import resolve_engine
-from ._base import iterate_sync
+from ._base import iterate_sync, sync_loop
 
 if TYPE_CHECKING:
     from ..emulation._chat import ChatPrompt
@@ -515,15 +515,7 @@ class LocalModel:
     # ------------------------------------------------------------ sync facade
 
     def _sync_loop(self) -> asyncio.AbstractEventLoop:
-        try:
-            asyncio.get_running_loop()
-        except RuntimeError:
-            pass
-        else:
-            raise RuntimeError("generate_sync/stream_sync cannot run inside an event loop; "
-                               "use `await model.generate(...)` there")
-        if self._loop is None or self._loop.is_closed():
-            self._loop = asyncio.new_event_loop()
+        self._loop = sync_loop(self._loop)
         return self._loop
 
     def generate_sync(self, messages: Sequence[Message | dict[str, Any]],

@@ -22,7 +22,7 @@ from typing import Any
 from .._errors import ParseError, UnknownRuleError
 from .._types import Tool
 from ..rules._default import resolve_engine
-from ..rules._loader import RuleFile, RuleSet
+from ..rules._loader import RuleFile, RuleSet, merge
 
 __all__ = [
     "RUNTIME_ERRORS",
@@ -413,16 +413,6 @@ def _segments(tokens: list[str]) -> list[list[str]]:
 
 # ---------------------------------------------------------------- compiling
 
-def _merge(base: Any, over: Any) -> Any:
-    if isinstance(base, Mapping) and isinstance(over, Mapping):
-        out = dict(base)
-        for k, v in over.items():
-            if v is None:
-                out.pop(k, None)
-            else:
-                out[k] = _merge(base.get(k), v)
-        return out
-    return over
 
 
 def merged_policy_data(rs: RuleSet, policy_id: str) -> dict[str, Any]:
@@ -441,7 +431,7 @@ def merged_policy_data(rs: RuleSet, policy_id: str) -> dict[str, Any]:
         current = rf.data.get("extends")
     data: Any = {}
     for layer in reversed(chain):
-        data = _merge(data, layer)
+        data = merge(data, layer)
     data.pop("extends", None)
     return dict(data)
 

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any, cast
 
 from .._errors import CapabilityError, ParseError, UnknownRuleError
-from ..rules._loader import RuleSet
+from ..rules._loader import RuleSet, merge
 from ._transforms import Pipeline, compile_pipeline, validate_step
 
 __all__ = ["CHOICE_KINDS", "MESSAGE_TRANSFORMS", "Provider", "check_rules", "compile_provider",
@@ -218,19 +218,6 @@ def prune(value: Any, opaque: set[int]) -> Any:
     return value
 
 
-# ---------------------------------------------------------------- merging `extends`
-
-def merge(base: dict[str, Any], child: dict[str, Any]) -> dict[str, Any]:
-    """Child over base: mappings merge, lists and values replace, null removes."""
-    out = dict(base)
-    for k, v in child.items():
-        if v is None:
-            out.pop(k, None)
-        elif isinstance(v, dict) and isinstance(out.get(k), dict):
-            out[k] = merge(out[k], v)
-        else:
-            out[k] = v
-    return out
 
 
 def merged_rule(rs: RuleSet, rule_id: str, _seen: tuple[str, ...] = ()) -> dict[str, Any]:

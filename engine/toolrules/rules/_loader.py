@@ -31,7 +31,8 @@ from .._errors import Problem
 from .._version import __version__
 from ._yaml import YamlProblem, load_yaml, plain
 
-__all__ = ["Asset", "Layer", "RuleFile", "RuleSet", "bundled_layer", "discover", "layers_for"]
+__all__ = ["Asset", "Layer", "RuleFile", "RuleSet", "bundled_layer", "discover", "layers_for",
+           "merge"]
 
 KIND_DIRS = {"models": "model", "providers": "provider", "dialects": "dialect",
              "policies": "policy", "tools": "toolset", "scenarios": "scenario",
@@ -282,4 +283,18 @@ def yaml_problems(rs: RuleSet) -> list[Problem]:
             out.append(Problem(rf.display, p.line, p.col, "error", p.message, p.check))
         for w in rf.yaml_warnings:
             out.append(Problem(rf.display, w.line, w.col, "warning", w.message, w.check))
+    return out
+
+
+def merge(base: dict[str, Any], child: dict[str, Any]) -> dict[str, Any]:
+    """A rule's data over the one it `extends:` (providers, policies, serve configs): mappings
+    merge, lists and values replace, null removes."""
+    out = dict(base)
+    for k, v in child.items():
+        if v is None:
+            out.pop(k, None)
+        elif isinstance(v, dict) and isinstance(out.get(k), dict):
+            out[k] = merge(out[k], v)
+        else:
+            out[k] = v
     return out

@@ -8,24 +8,13 @@ from __future__ import annotations
 from typing import Any
 
 from ._lint import check_regex
-from ._loader import RuleFile, RuleSet
+from ._loader import RuleFile, RuleSet, merge
 
 __all__ = ["DEFAULT_ID", "check_config", "check_rules", "merge_config"]
 
 DEFAULT_ID = "default"
 
 
-def _merge(base: dict[str, Any], child: dict[str, Any]) -> dict[str, Any]:
-    """Child over base: mappings merge, lists and values replace, null removes."""
-    out = dict(base)
-    for k, v in child.items():
-        if v is None:
-            out.pop(k, None)
-        elif isinstance(v, dict) and isinstance(out.get(k), dict):
-            out[k] = _merge(out[k], v)
-        else:
-            out[k] = v
-    return out
 
 
 def merge_config(rs: RuleSet, data: dict[str, Any], own_id: str | None = None) -> dict[str, Any]:
@@ -36,7 +25,7 @@ def merge_config(rs: RuleSet, data: dict[str, Any], own_id: str | None = None) -
     mine = plain(data)
     if own_id == DEFAULT_ID or base is None or not isinstance(base.data, dict):
         return mine
-    return _merge(plain(base.data), mine)
+    return merge(plain(base.data), mine)
 
 
 def _provider_ids(rs: RuleSet) -> dict[str, str]:
@@ -68,7 +57,7 @@ def _merged_provider(rs: RuleSet, rid: str) -> dict[str, Any] | None:
         current = parent if isinstance(parent, str) else None
     out: dict[str, Any] = {}
     for data in reversed(chain):
-        out = _merge(out, data)
+        out = merge(out, data)
     return out
 
 

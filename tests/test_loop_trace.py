@@ -317,6 +317,31 @@ def test_cli_run_limits_and_model_spec_errors(tmp_path, workspace):
     assert r.exit_code == 1 and "error:" in r.output
 
 
+@pytest.mark.parametrize(("spec", "run_code", "message"), [
+    ("nonsense", 2, "model spec 'nonsense' is not PROVIDER:MODEL"),
+    ("no-such-provider:m", 2, "unknown provider 'no-such-provider'"),
+    ("scripted:", 1, "scripted: needs a file"),
+    ("scripted:missing.yaml", 1, "cannot read script 'missing.yaml'"),
+    ("openai:gpt-4o", 1, "no API key"),
+])
+def test_run_and_chat_resolve_model_specs_alike(tmp_path, workspace, monkeypatch, spec,
+                                                run_code, message):
+    """One resolver (runtime's resolve_model) for both commands: the same message; `run`
+    exits 2 for a malformed spec and 1 when what it names cannot be used, `chat` 2."""
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    monkeypatch.chdir(tmp_path)
+    runner = CliRunner()
+    r = runner.invoke(main, ["run", "x", "--model", spec, "--workspace", str(workspace)])
+    assert r.exit_code == run_code and message in r.output, r.output
+    assert "Traceback" not in r.output
+    if run_code == 2:
+        assert "hint: for example openai-compatible:" in r.output
+    pytest.importorskip("prompt_toolkit")
+    r = runner.invoke(main, ["chat", "--model", spec, "--workspace", str(workspace)],
+                      input="")
+    assert r.exit_code == 2 and message in r.output, r.output
+
+
 def test_the_emulation_prompt_is_rendered_once_per_tool_set():
     tools = [toolrules.Tool(f"tool_{i}", f"Tool {i}.", {"type": "object", "properties": {
         "x": {"type": "string"}}}) for i in range(5)]

@@ -20,37 +20,17 @@ _RULES = click.option("--rules", "rule_paths", multiple=True, type=click.Path(ex
 
 
 def _model_from_spec(spec: str, engine: Any, base_url: str | None) -> Any:
-    """A model client for SPEC: scripted:FILE.yaml, PROVIDER:MODEL or local."""
-    from ..clients._scripted import ScriptedModel
+    """The model client for --model SPEC (runtime's resolve_model, as `chat` uses it): a
+    malformed SPEC exits 2, a script or provider that cannot be used exits 1."""
+    from ..runtime._session import ModelSpecError, resolve_model
 
-    if spec.startswith("scripted:"):
-        path = spec[len("scripted:"):]
-        if not path:
-            fail("--model scripted: needs a file", "write --model scripted:session.yaml "
-                 "(model: ID, turns: [raw model outputs or assistant messages])")
-        return ScriptedModel.from_file(path, engine=engine)
-    connect: Any = None
-    try:  # HTTP providers and the local model come with clients' connect()
-        from ..clients._connect import connect as connect_client
-
-        connect = connect_client
-    except ImportError:
-        pass
-    if connect is None:
-        fail(f"model {spec!r}: only scripted models can run here so far (HTTP providers and "
-             "the local model are not built yet)",
-             "use --model scripted:FILE.yaml with `model: ID` and `turns: [...]`", code=2)
-    hint = "for example openai-compatible:qwen3:8b --base-url http://127.0.0.1:8080/v1"
     try:
-        if spec == "local":
-            return connect("local", engine=engine)
-        provider, sep, model = spec.partition(":")
-        if not sep or not provider or not model:
-            fail(f"model spec {spec!r} is not PROVIDER:MODEL, local or scripted:FILE.yaml",
-                 hint, code=2)
-        return connect(provider, model=model, base_url=base_url, engine=engine)
-    except (ValueError, TypeError, KeyError) as exc:
-        fail(f"model {spec!r}: {str(exc).strip(chr(39))}", hint, code=2)
+        return resolve_model(spec, engine=engine, base_url=base_url)
+    except ModelSpecError as exc:
+        if exc.source == "spec":
+            fail(str(exc), "for example openai-compatible:qwen3:8b --base-url "
+                 "http://127.0.0.1:8080/v1", code=2)
+        fail(str(exc))
     raise AssertionError("unreachable")
 
 
@@ -223,12 +203,19 @@ def run(task: str, spec: str, base_url: str | None, workspace: str, trust: str,
 def replay(trace_file: str, workspace: str | None, trust: str | None, as_json: bool,
            rule_paths: tuple[str, ...]) -> None:
     """Run a recorded session again offline: the recorded model turns, a fresh executor with
-    the built-in tools. Exit 1 when a call, a result or the final answer differs."""
+    the built-in tools. A `toolrules eval` trace gets what its run had: the scenario's tools
+    (mocks included), a fresh copy of its workspace fixture, its trust and the strategy's
+    capability overrides (an overlay scenario needs the same --rules). Exit 1 when a call,
+    a result or the final answer differs."""
+    from .._errors import UnknownRuleError
+    from ..evals._replay import EvalTraceError, eval_run, replay_eval
     from ..runtime._replay import replay as replay_trace
     from ..runtime._trace import Trace
 
     engine = get_engine(rule_paths)
     trace = Trace.load(trace_file)
+    if workspace is not None and not Path(workspace).is_dir():
+        fail(f"workspace {workspace!r} is not a directory", "pass --workspace DIR (it must exist)")
     if trace.records[0].get("source") == "serve":  # a proxy's trace: its exchange again
         from ..serve._replay import replay_serve_trace
 
@@ -243,12 +230,32 @@ def replay(trace_file: str, workspace: str | None, trust: str | None, as_json: b
             click.echo(f"{verdict}: {found.turns} recorded upstream turn(s), {found.calls} "
                        "call(s) replayed through the proxy's exchange")
         sys.exit(0 if found.ok else 1)
-    info = trace.records[0].get("executor") or {}
-    executor = _executor(engine, workspace or info.get("workspace"),
-                         trust or info.get("trust") or "workspace",
-                         tuple(info.get("allowed") or ()), tuple(info.get("denied") or ()),
-                         bool(info.get("dry_run")), None, info.get("policy") or "default")
-    report = asyncio.run(replay_trace(trace, executor, engine=engine))
+    run_info = eval_run(trace)
+    if run_info is not None:  # an eval run: its scenario's tools, fixture and overrides
+        try:
+            report = asyncio.run(replay_eval(trace, engine, workspace=workspace, trust=trust,
+                                             where=trace_file))
+        except EvalTraceError as exc:
+            fail(str(exc), f"toolrules replay {trace_file} --rules DIR (the overlay that "
+                 "defines the scenario, as given to toolrules eval; repeatable)")
+        except UnknownRuleError as exc:
+            fail(str(exc), "list policies with: ls rules/policies (and your overlays)")
+        except (ValueError, KeyError) as exc:  # e.g. --trust names no level of the policy
+            fail(str(exc).strip("'\""))
+        what = f"scenario {run_info.scenario}, {run_info.target}/{run_info.strategy}"
+    else:
+        info = trace.records[0].get("executor") or {}
+        executor = _executor(engine, workspace or info.get("workspace"),
+                             trust or info.get("trust") or "workspace",
+                             tuple(info.get("allowed") or ()), tuple(info.get("denied") or ()),
+                             bool(info.get("dry_run")), None, info.get("policy") or "default")
+        report = asyncio.run(replay_trace(trace, executor, engine=engine))
+        what = ""
+    _print_report(report, as_json, what)
+    sys.exit(0 if report.ok else 1)
+
+
+def _print_report(report: Any, as_json: bool, what: str) -> None:
     if as_json:
         click.echo(json.dumps({"ok": report.ok, "turns": report.recorded_turns,
                                "stopped": report.outcome.stopped,
@@ -256,14 +263,13 @@ def replay(trace_file: str, workspace: str | None, trust: str | None, as_json: b
                                    {"where": d.where, "what": d.what, "recorded": d.recorded,
                                     "replayed": d.replayed} for d in report.divergences]},
                               ensure_ascii=False, indent=2, default=str))
-    else:
-        for d in report.divergences:
-            click.echo(f"divergence: {d}")
-        calls = len(report.outcome.tool_history)
-        verdict = "no divergence" if report.ok else f"{len(report.divergences)} divergence(s)"
-        click.echo(f"{verdict}: {report.recorded_turns} recorded turn(s), {calls} call(s) "
-                   f"replayed; stopped: {report.outcome.stopped}")
-    sys.exit(0 if report.ok else 1)
+        return
+    for d in report.divergences:
+        click.echo(f"divergence: {d}")
+    calls = len(report.outcome.tool_history)
+    verdict = "no divergence" if report.ok else f"{len(report.divergences)} divergence(s)"
+    click.echo(f"{verdict}: {report.recorded_turns} recorded turn(s), {calls} call(s) "
+               f"replayed; stopped: {report.outcome.stopped}" + (f" ({what})" if what else ""))
 
 
 COMMANDS = [run, replay]

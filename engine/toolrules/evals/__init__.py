@@ -1,6 +1,7 @@
 """Evaluation (`toolrules eval`): scenarios as rules (rules/scenarios/), offline scripted
 models per dialect, live models through connect(), the strategy matrix of rules/eval.yaml,
-seed 000's metrics, and the reports (JSON, Markdown, HTML with charts)."""
+seed 000's metrics, the reports (JSON, Markdown, HTML with charts), and replaying a run
+from its trace (`replay_eval`)."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from ._metrics import (
     events_for,
     percentile,
 )
+from ._replay import EvalRun, EvalTraceError, eval_run, replay_eval, replay_setup
 from ._report import (
     METRIC_NAMES,
     build_report,
@@ -31,6 +33,8 @@ __all__ = [
     "METRIC_NAMES",
     "EvalCatalog",
     "EvalPlan",
+    "EvalRun",
+    "EvalTraceError",
     "Profile",
     "RunRecord",
     "Scenario",
@@ -44,6 +48,7 @@ __all__ = [
     "build_report",
     "catalog",
     "derived_engine",
+    "eval_run",
     "events_for",
     "load_scenarios",
     "match_arguments",
@@ -53,6 +58,8 @@ __all__ = [
     "percentile",
     "plan",
     "render_step",
+    "replay_eval",
+    "replay_setup",
     "report_html",
     "run_plan",
     "run_unit",

@@ -50,7 +50,13 @@ __all__ = [
 
 class ModelSpecError(ToolrulesError, ValueError):
     """A model SPEC that names no usable model (bad syntax, missing script, unknown provider,
-    missing key)."""
+    missing key). `source` says where the problem is: "spec" (its shape, the provider or
+    options it names: a usage error), "script" (the scripted: file) or "provider" (the
+    client could not be set up, e.g. no API key)."""
+
+    def __init__(self, message: str, source: str = "spec"):
+        super().__init__(message)
+        self.source = source
 
 
 class ToolsFileError(ToolrulesError, ValueError):
@@ -250,13 +256,16 @@ def resolve_model(spec: str, *, engine: Any = None, base_url: str | None = None)
     from ..clients._scripted import ScriptedModel
 
     spec = spec.strip()
-    try:
-        if spec.startswith("scripted:"):
-            path = spec[len("scripted:"):]
-            if not path:
-                raise ModelSpecError("scripted: needs a file (scripted:session.yaml with "
-                                     "`model: ID` and `turns: [...]`)")
+    if spec.startswith("scripted:"):
+        path = spec[len("scripted:"):]
+        if not path:
+            raise ModelSpecError("scripted: needs a file (scripted:session.yaml with "
+                                 "`model: ID` and `turns: [...]`)", "script")
+        try:
             return ScriptedModel.from_file(path, engine=engine)
+        except (ToolrulesError, ValueError, TypeError, KeyError, OSError) as exc:
+            raise ModelSpecError(f"model {spec!r}: {_text(exc)}", "script") from None
+    try:
         if spec == "local":
             return connect("local", engine=engine)
         provider, sep, model = spec.partition(":")
@@ -266,9 +275,15 @@ def resolve_model(spec: str, *, engine: Any = None, base_url: str | None = None)
         return connect(provider, model=model, base_url=base_url, engine=engine)
     except ModelSpecError:
         raise
-    except (ToolrulesError, ValueError, TypeError, KeyError, ImportError, OSError) as exc:
-        text = exc.args[0] if isinstance(exc, KeyError) and exc.args else exc
-        raise ModelSpecError(f"model {spec!r}: {text}") from None
+    except (ValueError, TypeError, KeyError) as exc:  # the names or options are wrong
+        raise ModelSpecError(f"model {spec!r}: {_text(exc)}") from None
+    except (ToolrulesError, ImportError, OSError) as exc:  # what they name is not usable
+        raise ModelSpecError(f"model {spec!r}: {_text(exc)}", "provider") from None
+
+
+def _text(exc: BaseException) -> str:
+    """The message of an error (a KeyError's str() would quote it)."""
+    return str(exc.args[0]) if isinstance(exc, KeyError) and exc.args else str(exc)
 
 
 # ---------------------------------------------------------------- tools

@@ -216,6 +216,87 @@ def test_broken_validator_overlay_makes_the_suite_fail(engine, tmp_path):
     assert bad and not any(r.success for r in bad)
 
 
+# ---------------------------------------------------------------- strategy loop settings
+
+def test_the_required_layer_enforces_tool_use_only_where_calls_are_expected(engine):
+    cat = catalog(engine)
+    req = cat.strategy("required")
+    assert req.client.get("constrained")          # inherited from the constrained layer
+    assert req.loop_settings(True)["tool_use_mode"] == "enforced"
+    assert req.loop_settings(False) == {}
+    assert cat.strategy("retry").loop_settings(True) == {}
+    # offline scripts do not sample: the layer is skipped there, with the reason
+    recs = run_plan(plan(engine, models="hermes", scenarios=["happy_path"],
+                         strategies=["required"]))
+    assert recs and all(r.skipped and "constrained" in r.skipped for r in recs)
+
+
+def test_strategy_loop_settings_reach_the_loop(engine, tmp_path):
+    """An overlay layer with loop settings and no client option runs offline: the loop of
+    a scenario that expects calls runs enforced, chat_only keeps its relaxed mode."""
+    text = (ROOT / "rules" / "eval.yaml").read_text()
+    anchor = "  rules:\n    description:"
+    assert anchor in text
+    layer = ("  enforce:\n    description: tool use enforced\n    extends: retry\n"
+             "    loop: {tool_use_mode: enforced, tool_failure_policy: tolerated}\n"
+             "    loop_when: calls_expected\n")
+    (tmp_path / "eval.yaml").write_text(text.replace(anchor, layer + anchor))
+    over = toolrules.load(paths=[tmp_path], use_env=False)
+    traces = tmp_path / "traces"
+    recs = run_plan(plan(over, models="hermes", scenarios=["happy_path", "chat_only"],
+                         strategies=["enforce"], rule_paths=[str(tmp_path)],
+                         trace_dir=str(traces)))
+    assert recs and all(r.success for r in recs), [r.reasons for r in recs]
+    modes = {}
+    for tr in traces.glob("*.jsonl"):
+        start = json.loads(tr.read_text().splitlines()[0])
+        modes.setdefault(tr.name.split(".")[-3], set()).add(start["settings"]["tool_use_mode"])
+    assert modes == {"happy_path": {"enforced"}, "chat_only": {"relaxed"}}
+
+
+def test_the_local_client_is_asked_for_constrained_decoding_exactly_when_a_layer_says(
+        engine, monkeypatch):
+    from toolrules.clients import _connect
+    from toolrules.evals import _runner
+
+    seen = []
+    monkeypatch.setattr(_connect, "connect", lambda spec, **kw: seen.append((spec, kw)) or
+                        object())
+    cat = catalog(engine)
+    local = next(t for t in cat.live if t.connect == "local")
+    scen = load_scenarios(engine, ["happy_path"])[0]
+    for name in ("raw", "constrained", "required"):
+        client, why = _runner._client(engine, local, scen, cat.strategy(name), "")
+        assert client is not None and why is None
+    assert [kw["constrained"] for _, kw in seen] == [False, True, True]
+
+
+def test_a_spec_without_a_model_gets_the_overrides_on_the_clients_model_id(
+        engine, monkeypatch, tmp_path):
+    """`--models local` names no model id: the strategy's capability overrides must land on
+    the id the client's rules use, or every layer would run the same capability."""
+    from toolrules import ScriptedModel
+    from toolrules.clients import _connect
+
+    call = '```json\n{"tool": "get_weather", "arguments": {"city": "Paris"}}\n```'
+
+    def fake(spec, *, engine, **kw):
+        return ScriptedModel([call, "It is sunny, 18 C."], model="gemma-3-270m", engine=engine)
+
+    monkeypatch.setattr(_connect, "connect", fake)
+    traces = tmp_path / "traces"
+    recs = run_plan(plan(engine, models="local", scenarios=["weather_lookup"],
+                         strategies=["raw", "retry"], trace_dir=str(traces)))
+    assert [r.model for r in recs] == ["gemma-3-270m"] * 2
+    assert all(r.success for r in recs), [r.reasons for r in recs]
+    validate = {}
+    for tr in traces.glob("*.jsonl"):
+        lines = [json.loads(x) for x in tr.read_text().splitlines()]
+        validate[tr.name.split(".")[1]] = lines[0]["settings"]["validate"]
+        assert lines[-1]["model"] == "gemma-3-270m"
+    assert validate == {"raw": False, "retry": True}
+
+
 # ---------------------------------------------------------------- reports and the CLI
 
 def test_report_json_names_runs_and_metrics(offline_runs, tmp_path):

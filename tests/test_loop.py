@@ -374,6 +374,36 @@ def test_enforced_mode_on_an_emulated_model_nudges_in_text(app):
     assert "tool_choice" not in model.requests[0].rendered
 
 
+class _Forcing(ScriptedModel):
+    """A client that says whether tool_choice "required" makes its turn a call (as the
+    local model does under its call grammar), whatever the model's capability."""
+
+    def __init__(self, *args, forces: bool, **kw):
+        super().__init__(*args, **kw)
+        self.forces_calls = forces
+
+
+def test_enforced_mode_requires_a_call_from_a_client_that_can_force_one(app):
+    executor, calls = app
+    model = _Forcing([llama("get_weather", city="Oslo"), "Sunny."], model=LLAMA_EMULATED,
+                     engine=ENGINE, forces=True)
+    out = run(model, executor, tool_use_mode="enforced")
+    assert out.ok and names(calls) == ["get_weather"]
+    # emulated (no native tool_choice), yet asked with "required" until a tool succeeded
+    assert [r.tool_choice for r in model.requests] == ["required", "auto"]
+
+
+def test_enforced_mode_trusts_the_client_over_the_capability(app):
+    executor, _ = app
+    model = _Forcing(["Nice weather.", hermes("get_weather", city="Oslo"), "Sunny."],
+                     model=QWEN, engine=ENGINE, forces=False)
+    out = run(model, executor, tool_use_mode="enforced")
+    assert out.ok
+    # native with supports_tool_choice_required, but the client says it cannot force one
+    assert model.requests[0].tool_choice == "auto"
+    assert model.requests[1].messages[-1].role == "user"   # nudged in text instead
+
+
 def test_disabled_mode_offers_no_tools_and_runs_none(app):
     executor, calls = app
     model = ScriptedModel([hermes("get_weather", city="Paris") + "\nI would check."],

@@ -291,6 +291,12 @@ class LocalModel:
             self._gguf = default_gguf(self.engine)
         return self._gguf
 
+    @property
+    def forces_calls(self) -> bool:
+        """tool_choice "required" makes the turn a call: with constrained decoding the
+        turn is decoded under the call grammar (the loop's enforced mode relies on it)."""
+        return self.constrained
+
     def _runtime(self) -> _Runtime:
         return _runtime(self.gguf, self.n_ctx, self.threads, self.n_batch, self.seed,
                         self._rules)

@@ -51,6 +51,14 @@ class Strategy:
     overrides: dict[str, Any]
     client: dict[str, Any]
     phase: str = ""
+    loop: dict[str, Any] = field(default_factory=dict)
+    loop_when: str = "always"
+
+    def loop_settings(self, calls_expected: bool) -> dict[str, Any]:
+        """The loop settings this strategy adds for a scenario."""
+        if self.loop_when == "calls_expected" and not calls_expected:
+            return {}
+        return dict(self.loop)
 
 
 @dataclass(frozen=True)
@@ -100,12 +108,16 @@ class EvalCatalog:
             cur = (table.get(cur) or {}).get("extends")
         overrides: dict[str, Any] = {}
         client: dict[str, Any] = {}
+        loop: dict[str, Any] = {}
+        when = "always"
         for n in reversed(chain):
             overrides.update(table[n].get("set") or {})
             client.update(table[n].get("client") or {})
+            loop.update(table[n].get("loop") or {})
+            when = str(table[n].get("loop_when") or when)
         spec = table[name]
         return Strategy(name, str(spec.get("description") or ""), overrides, client,
-                        str(spec.get("phase") or ""))
+                        str(spec.get("phase") or ""), loop, when)
 
     def strategies(self, names: Sequence[str] | None) -> list[Strategy]:
         chosen = list(names) if names else self.default_strategies()

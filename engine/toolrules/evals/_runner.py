@@ -15,7 +15,7 @@ import shutil
 import tempfile
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -148,18 +148,11 @@ def _client(engine: Any, target: Target, scenario: Scenario, strategy: Strategy,
     from ..clients._connect import connect
 
     spec = target.connect or target.id
-    options: dict[str, Any] = {}
-    if strategy.client.get("constrained"):
-        options["constrained"] = True
+    constrained = bool(strategy.client.get("constrained"))
     if spec == "local":
-        try:
-            client = connect("local", engine=engine, **options)
-        except TypeError as exc:
-            if options:
-                return None, f"the local client has no constrained decoding ({exc})"
-            raise
-        return client, None
-    if options:
+        # explicit both ways: the local client decodes under the grammar by default
+        return connect("local", engine=engine, constrained=constrained), None
+    if constrained:
         return None, "constrained decoding needs the local client"
     provider, _, model = spec.partition(":")
     return connect(provider, model=model, base_url=target.base_url, engine=engine), None
@@ -174,18 +167,28 @@ async def _run_async(base: Any, target: Target, scenario: Scenario, strategy: St
 
     cat = catalog(base)
     engine = _engine_for(base, target, strategy)
+    failed: Exception | None = None
+    try:
+        client, skipped = _client(engine, target, scenario, strategy, cat.feedback_signal)
+        served = getattr(client, "model", None)
+        if isinstance(served, str) and served != target.model:
+            # a spec that names no model (`local`): the client knows which id its rules
+            # are, and the strategy's overrides must be keyed on that id
+            target = replace(target, model=served)
+            engine = _engine_for(base, target, strategy)
+            client, skipped = _client(engine, target, scenario, strategy, cat.feedback_signal)
+    except Exception as exc:  # a client that cannot be built fails this run, not the eval
+        client, skipped, failed = None, None, exc
     cap = engine.capability(target.model)
     reads = None if cap.native_tools and cap.dialect is None else \
         engine.dialect_for(target.model)
     common: dict[str, Any] = dict(scenario=scenario.id, tier=scenario.tier, model=target.model,
                   target=target.id, dialect=reads,
                   strategy=strategy.name, profile=profile.name, trial=trial)
-    try:
-        client, skipped = _client(engine, target, scenario, strategy, cat.feedback_signal)
-    except Exception as exc:  # a client that cannot be built fails this run, not the eval
-        return RunRecord(**common, success=False, reasons=(f"error: {exc}",), stopped="error",
-                         rounds=0, events=(), tokens=0, repairs=0, latency_ms=0.0,
-                         error=f"{type(exc).__name__}: {exc}")
+    if failed is not None:
+        return RunRecord(**common, success=False, reasons=(f"error: {failed}",),
+                         stopped="error", rounds=0, events=(), tokens=0, repairs=0,
+                         latency_ms=0.0, error=f"{type(failed).__name__}: {failed}")
     if client is None:
         return RunRecord(**common, success=False, reasons=(), stopped="skipped", rounds=0,
                          events=(), tokens=0, repairs=0, latency_ms=0.0, skipped=skipped)
@@ -204,8 +207,11 @@ async def _run_async(base: Any, target: Target, scenario: Scenario, strategy: St
         if trace_dir:
             name = f"{target.id}.{strategy.name}.{profile.name}.{scenario.id}.{trial}.jsonl"
             trace_path = str(Path(trace_dir) / name.replace("/", "_").replace(":", "_"))
+        settings = {**scenario.loop_settings(),
+                    **strategy.loop_settings(bool(scenario.expected_calls()))}
         loop = ToolLoop(model, executor, engine=engine, system=scenario.data.get("system"),
-                        **scenario.loop_settings(), **profile.options)
+                        **settings, **{**(target.entry.get("options") or {}),
+                                       **profile.options})
         started = time.perf_counter()
         error = None
         try:
@@ -228,6 +234,7 @@ async def _run_async(base: Any, target: Target, scenario: Scenario, strategy: St
         repairs = sum(len(r) for _, r in per_turn.values())
         if trace_path:
             outcome.trace.add({"type": "eval", "scenario": scenario.id, "target": target.id,
+                               "model": target.model,
                                "strategy": strategy.name, "profile": profile.name,
                                "overrides": {**(target.entry.get("set") or {}),
                                              **strategy.overrides},

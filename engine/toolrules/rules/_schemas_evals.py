@@ -206,6 +206,9 @@ _LIVE = {"type": "dict", "schema": {
     "connect": {**_str("a connect() spec: PROVIDER:MODEL or local",
                        "connect: anthropic:claude-sonnet-4-5"), "required": True},
     "base_url": _str("the server address (else the provider rule's)"),
+    "options": {"type": "dict", **_doc("request options sent with every turn (a sampling "
+                                       "profile's options win over them)",
+                                       "options: {max_tokens: 192}")},
     "tags": _strlist("names a --models filter may use", "tags: [stable, anthropic]"),
     "note": _str("why it is listed"),
 }}
@@ -220,6 +223,16 @@ _STRATEGY = {"type": "dict", "schema": {
                                       "client: {constrained: true}"),
                "schema": {"constrained": _bool("constrained decoding (a grammar of the "
                                                "dialect's calls)")}},
+    "loop": {"type": "dict", **_doc("tool-loop settings this layer adds (on top of the "
+                                    "scenario's own)", "loop: {tool_use_mode: enforced}"),
+             "schema": {
+                 "tool_use_mode": {"type": "string",
+                                   "allowed": ["relaxed", "enforced", "disabled"]},
+                 "tool_failure_policy": {"type": "string", "allowed": ["fatal", "tolerated"]},
+                 "max_nudges": {"type": "integer", "min": 0}}},
+    "loop_when": {"type": "string", "allowed": ["always", "calls_expected"],
+                  **_doc("which scenarios get `loop`: all, or those whose expect lists "
+                         "calls (default: always)", "loop_when: calls_expected")},
     "phase": _str("seed 004's phase this layer belongs to", "phase: 1"),
 }}
 

@@ -26,7 +26,8 @@ Guardrails and what they do (texts from rules/loop.yaml):
 - Byte caps: arguments over `max_tool_args_bytes` are not run (ARGUMENTS_TOO_LARGE);
   results over `max_tool_output_bytes` are replaced (TOOL_OUTPUT_TOO_LARGE).
 - `tool_use_mode`: "relaxed" (tools offered, optional), "enforced" (a tool must succeed
-  before an answer is accepted: tool_choice "required" where the model supports it,
+  before an answer is accepted: tool_choice "required" where the client can force a call
+  (its `forces_calls`, else native tools with supports_tool_choice_required),
   `max_nudges` nudges, then stopped="tool_use_required"), "disabled" (no tools offered;
   calls the model writes anyway are not run).
 - `tool_failure_policy`: "fatal" stops at the first failed tool (stopped="tool_failed");
@@ -163,6 +164,12 @@ class ToolLoop:
         self.options = options
         self.capability = self.engine.capability(model.model)
         self.validate = self.capability.validate_retry if validate is None else validate
+        # Whether tool_choice "required" makes a turn a call: the client says so
+        # (`forces_calls`, e.g. a local model decoding under the call grammar), else the
+        # capability (native tools that honour "required").
+        forces = getattr(model, "forces_calls", None)
+        self.forces_calls: bool = forces if isinstance(forces, bool) else bool(
+            self.capability.native_tools and self.capability.supports_tool_choice_required)
         self._texts = texts
         self._errors = error_rules(self.engine)
         self._max_attempts = vrules.max_attempts
@@ -257,9 +264,8 @@ class ToolLoop:
                     yield self._notice(run, "tool_failed", error or "")
                     break
                 yield self._notice(run, stopped, run.stop_text)
-                run.messages.append(Message(role="user", content=run.stop_text))
                 parsed = None
-                async for ev in self._ask(run, (), stream):
+                async for ev in self._closing(run, run.stop_text, stream):
                     if isinstance(ev, ParsedResponse):
                         parsed = ev
                     else:
@@ -275,8 +281,7 @@ class ToolLoop:
             offer = run.offered
             choice = self.tool_choice
             if (self.tool_use_mode == "enforced" and not run.any_ok and offer
-                    and self.capability.native_tools
-                    and self.capability.supports_tool_choice_required):
+                    and self.forces_calls):
                 choice = "required"
             parsed = None
             async for ev in self._ask(run, offer, stream, choice):
@@ -313,10 +318,9 @@ class ToolLoop:
             self._keep_answer(run, parsed)
             if not content.strip() and self.fix_empty_final:
                 text = texts["finalize"]
-                run.messages.append(Message(role="user", content=text))
                 yield self._notice(run, "finalize", text)
                 final = None
-                async for ev in self._ask(run, (), stream):
+                async for ev in self._closing(run, text, stream):
                     if isinstance(ev, ParsedResponse):
                         final = ev
                     else:
@@ -335,6 +339,13 @@ class ToolLoop:
                        "content": content, "rounds": run.rounds, "tool_calls": run.executed,
                        "error": error})
         yield LoopEvent(_T.DONE, run.rounds, content=content, outcome=outcome)
+
+    async def _closing(self, run: _Run, text: str, stream: bool) -> AsyncIterator[Any]:
+        """A turn without tools after `text` (a closing or finalization request): its
+        events, then its ParsedResponse."""
+        run.messages.append(Message(role="user", content=text))
+        async for ev in self._ask(run, (), stream):
+            yield ev
 
     def _keep_answer(self, run: _Run, parsed: ParsedResponse) -> None:
         if parsed.content or parsed.reasoning_content:

@@ -18,9 +18,11 @@ from ._errors import (
     SchemaError,
     ToolrulesError,
     UnknownRuleError,
+    UnsupportedContentError,
 )
 from ._types import (
     Capability,
+    ContentPart,
     Message,
     ModelSpec,
     ParsedResponse,
@@ -90,6 +92,7 @@ __all__ = [
     "Capability",
     "CapabilityError",
     "ChatPrompt",
+    "ContentPart",
     "EmulationPrompt",
     "EmulationStyle",
     "Engine",
@@ -130,6 +133,7 @@ __all__ = [
     "ToolrulesError",
     "TruncatedResult",
     "UnknownRuleError",
+    "UnsupportedContentError",
     "ValidationError",
     "ValidationResult",
     "__version__",

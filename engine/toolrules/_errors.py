@@ -11,6 +11,7 @@
      ├── InputTooLargeError   an input is over its size limit
      │    └── (ValueError)
      └── CapabilityError      the model cannot do what was asked (e.g. tools, no emulation)
+          └── UnsupportedContentError  a content part or block that cannot be carried
 
 Malformed model output is *not* an error: parsers return it as content and list what
 they repaired. ParseError is for inputs that are not text or bodies of the wrong shape.
@@ -29,6 +30,7 @@ __all__ = [
     "SchemaError",
     "ToolrulesError",
     "UnknownRuleError",
+    "UnsupportedContentError",
 ]
 
 
@@ -104,3 +106,15 @@ class InputTooLargeError(ToolrulesError, ValueError):
 
 class CapabilityError(ToolrulesError):
     """The model cannot do what was asked."""
+
+
+class UnsupportedContentError(CapabilityError):
+    """Content that cannot be carried where it has to go: a block a reader cannot take
+    into UTP, or a part the target API (or model) has no way to receive. Refused, never
+    dropped. `part_type`: the block or part type; `where`: its place (``messages[2],
+    block 1``) when known."""
+
+    def __init__(self, message: str, *, part_type: str | None = None, where: str | None = None):
+        super().__init__(message)
+        self.part_type = part_type
+        self.where = where

@@ -15,7 +15,9 @@ if TYPE_CHECKING:
     from .calls._tool_errors import ToolError
 
 __all__ = [
+    "PART_TYPES",
     "Capability",
+    "ContentPart",
     "Message",
     "ModelSpec",
     "ParsedResponse",
@@ -87,9 +89,71 @@ class ToolResult:
         return self.error is None
 
 
+PART_TYPES = ("text", "image", "audio", "document")
+"""The kinds of content a message can carry (`ContentPart.type`)."""
+
+
+@dataclass(frozen=True, slots=True)
+class ContentPart:
+    """One piece of a message's content when it is more than text: text, an image, audio
+    or a document, in the order the sender gave them.
+
+    A medium comes as base64 `data` with its `media_type`, as a `url`, or as a `file_id`
+    (a file uploaded to the API it came from); a plain-text document has `text`. `name`:
+    a file name or title. `where`: the place in a client's request a reader found the part
+    (``messages[2], block 1``), for errors; it takes no part in equality.
+    """
+
+    type: str
+    text: str | None = None
+    media_type: str | None = None
+    data: str | None = None
+    url: str | None = None
+    file_id: str | None = None
+    name: str | None = None
+    where: str | None = field(default=None, compare=False)
+
+    def __post_init__(self) -> None:
+        if self.type not in PART_TYPES:
+            raise ValueError(f"a content part's type is one of {', '.join(PART_TYPES)}, "
+                             f"not {self.type!r}")
+        url = self.url
+        # A data: URL (RFC 2397) is base64 data in disguise: keep one form, so every
+        # writer sees `data` + `media_type` whichever way the sender wrote it.
+        if url is not None and self.data is None and url[:5].lower() == "data:":
+            head, sep, payload = url[5:].partition(",")
+            if sep and head.lower().endswith(";base64"):
+                object.__setattr__(self, "data", payload)
+                object.__setattr__(self, "media_type", head[:-7] or self.media_type)
+                object.__setattr__(self, "url", None)
+
+    @property
+    def source(self) -> str:
+        """How the content travels: text, data, url or file_id."""
+        if self.type == "text" or (self.text is not None and self.data is None
+                                   and self.url is None and self.file_id is None):
+            return "text"
+        if self.data is not None:
+            return "data"
+        return "url" if self.url is not None else "file_id"
+
+    def to_dict(self) -> dict[str, Any]:
+        """The set fields as a dict (what rule expressions and traces see)."""
+        out: dict[str, Any] = {"type": self.type}
+        for name in ("text", "media_type", "data", "url", "file_id", "name"):
+            value = getattr(self, name)
+            if value is not None:
+                out[name] = value
+        return out
+
+
 @dataclass(frozen=True, slots=True)
 class Message:
-    """One conversation turn. `tool_calls` on assistant turns, `tool_call_id` on tool results."""
+    """One conversation turn. `tool_calls` on assistant turns, `tool_call_id` on tool results.
+
+    `content` is text (a string), or - when the turn carries images, audio or documents -
+    a tuple of `ContentPart`s; a tool result's content may also be any JSON value.
+    """
 
     role: str
     content: Any = None
@@ -239,6 +303,9 @@ class Capability:
     decline_calls: tuple[str, ...] = ()
     """Tool names this model writes to mean "no call" (e.g. no_function): read as no call,
     with a warning. Default none."""
+    input_media: tuple[str, ...] | None = None
+    """What the model takes besides text (image, audio, document); () for text only. Default
+    None: unknown (such parts go upstream, which decides)."""
     chat_template: str | None = None
     """The model's turn format for raw-text inference: a template under templates/chat/
     (Hugging Face chat-template variables: `messages`, `add_generation_prompt`,

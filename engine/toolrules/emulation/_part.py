@@ -12,7 +12,7 @@ import json
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
-from .._types import Capability, Message, Tool, ToolCall, coerce_tools
+from .._types import Capability, ContentPart, Message, Tool, ToolCall, coerce_tools
 from ..calls._validation import ValidationError, as_tool_call, tool_index, validation_rules
 from ..rules._default import resolve_engine
 from ..rules._part import Part
@@ -148,16 +148,20 @@ class EmulationPart(Part):
         calls are appended to its text in the format the model's prompt asks for, and tool
         results become text turns (rules/emulation.yaml `history`); consecutive results
         travel together so roles keep alternating."""
-        from ..providers._messages import coerce_messages, content_text
+        from ..providers._messages import coerce_messages, content_parts, content_text
 
         rules = self._emulation_rules()
         out: list[Message] = []
         pending: list[str] = []
+        media: list[ContentPart] = []  # results' images, documents ...: carried after the text
 
         def flush() -> None:
             if pending:
-                out.append(Message(role=rules.result_role, content="\n\n".join(pending)))
+                text = "\n\n".join(pending)
+                out.append(Message(role=rules.result_role, content=(
+                    (ContentPart("text", text=text), *media) if media else text)))
                 pending.clear()
+                media.clear()
 
         parsers: list[Any] = []
 
@@ -174,6 +178,10 @@ class EmulationPart(Part):
                     names[c.id] = c.name
             if m.role == "tool":
                 output = m.content
+                parts = content_parts(output)
+                if parts is not None:
+                    media.extend(p for p in parts if p.type != "text")
+                    output = "".join(p.text or "" for p in parts if p.type == "text")
                 pending.append(rules.render_template(rules.result_template, {
                     "name": m.name or names.get(m.tool_call_id or "", ""),
                     "call_id": m.tool_call_id,

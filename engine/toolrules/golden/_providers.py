@@ -25,7 +25,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from .._types import Message, ParsedResponse, StreamChunk, ToolResult
+from .._types import ContentPart, Message, ParsedResponse, StreamChunk, ToolResult
 from ._core import GoldenFile, read_cases
 
 __all__ = ["canonical_messages", "golden_files", "parsed_dict"]
@@ -253,10 +253,60 @@ def _golden(engine: Any, rid: str, shared: dict[str, Any], cases: dict[str, Any]
         streams[name] = {"chunks": [_chunk(c) for c in chunks], "result": parsed_dict(result)}
     if streams:
         out["streams"] = streams
+    media = _media_cases(engine, rid, model, shared.get("media") or {}, problems)
+    if media:
+        out["media"] = media
     # plain data without shared objects (so the YAML has no anchors)
     content = json.loads(json.dumps(out, ensure_ascii=False))
     return GoldenFile(path=f"providers/{rid}.golden.yaml", content=content, problems=problems,
                       source=", ".join(x for x in ("golden/providers/conversation.cases.yaml", source) if x))
+
+
+def _with_parts(raw: dict[str, Any]) -> Message:
+    from ..providers._messages import coerce_message
+
+    content = raw.get("content")
+    if isinstance(content, list):
+        raw = {**raw, "content": tuple(ContentPart(**p) for p in content)}
+    m = coerce_message({k: v for k, v in raw.items() if k != "content"})
+    return Message(role=m.role, content=raw.get("content"), tool_calls=m.tool_calls,
+                   tool_call_id=m.tool_call_id, name=m.name)
+
+
+def _parts_of(msgs: Iterable[Message]) -> list[Any]:
+    """The media of a conversation by what they carry (a plain-text document may travel
+    as text; a format without a field for the media type may not bring it back)."""
+    return [(p.type, p.data, p.url, p.file_id) for m in msgs if isinstance(m.content, tuple)
+            for p in m.content if p.type != "text" and p.source != "text"]
+
+
+def _media_cases(engine: Any, rid: str, model: str | None, cases: dict[str, Any],
+                 problems: list[str]) -> dict[str, Any]:
+    """Each media case written for the provider (or refused), and read back: the media
+    parts must come back as they went, in order."""
+    from .._errors import ToolrulesError
+    from ..providers._rules import get_path
+
+    prov = engine.provider_rules(rid)
+    out: dict[str, Any] = {}
+    for name, raw in cases.items():
+        msgs = [_with_parts(dict(m)) for m in raw]
+        try:
+            body = engine.build_request(rid, model, msgs)
+        except ToolrulesError as exc:
+            out[name] = f"refused: {type(exc).__name__}: {exc}"
+            continue
+        wire = get_path(body, prov.messages_path)
+        out[name] = {"messages": wire}
+        try:
+            back, _t, _c = engine.parse_request(body, rid)
+        except ToolrulesError as exc:
+            out[name]["read_back"] = f"error: {type(exc).__name__}: {exc}"
+            continue
+        sent, got = _parts_of(msgs), _parts_of(back)
+        if sent != got and prov.reader.parts:
+            problems.append(f"media {name}: parts read back differ:\n  sent {sent}\n  got  {got}")
+    return out
 
 
 def _schemas_in(tool: Any) -> Iterable[Any]:

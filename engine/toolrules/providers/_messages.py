@@ -10,6 +10,7 @@ results out of each wire message. The tool_choice table is applied and inverted 
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import re
@@ -17,9 +18,15 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from .._errors import CapabilityError, ParseError, SchemaError, UnknownRuleError
+from .._errors import (
+    CapabilityError,
+    ParseError,
+    SchemaError,
+    UnknownRuleError,
+    UnsupportedContentError,
+)
 from .._jsonutil import decode_object
-from .._types import Message, ToolCall, ToolResult
+from .._types import ContentPart, Message, ToolCall, ToolResult
 from ..calls._selection import normalize_choice
 from ._rules import (
     MAX_BODY_BYTES,
@@ -27,13 +34,15 @@ from ._rules import (
     ChoiceEntry,
     Provider,
     _blank_arguments,
+    _is_false,
     prune,
 )
 from ._transforms import TransformedTool
 
 __all__ = ["WireTools", "choice_value", "coerce_body", "coerce_message", "coerce_messages",
-           "content_text", "decode_call", "derived_id", "normalize_choice", "prepare_history",
-           "read_choice", "read_history", "read_wire_message", "wire_name", "write_messages"]
+           "content_parts", "content_text", "decode_call", "derived_id", "describe_part",
+           "locate_parts", "normalize_choice", "prepare_history", "read_blocks", "read_choice",
+           "read_history", "read_wire_message", "render_parts", "wire_name", "write_messages"]
 
 MAX_MESSAGES = 100_000
 _SAFE_NAME = re.compile(r"[^A-Za-z0-9_-]")
@@ -69,10 +78,80 @@ def coerce_body(body: Any, limit: int = MAX_BODY_BYTES, what: str = "body") -> A
     raise ParseError(f"{what} must be a dict, JSON text or an SDK object, not {type(body).__name__}")
 
 
-def content_text(content: Any) -> str | None:
-    """Message content as text: strings pass, text parts are joined, other values are JSON."""
+def content_parts(content: Any) -> tuple[ContentPart, ...] | None:
+    """The parts of content that holds a `ContentPart` beyond text (strings in the list
+    become text parts), else None: text-only content stays text everywhere."""
+    if not isinstance(content, (list, tuple)) or not any(
+            isinstance(p, ContentPart) and p.type != "text" for p in content):
+        return None
+    out = []
+    for p in content:
+        if isinstance(p, ContentPart):
+            out.append(p)
+        elif isinstance(p, str):
+            out.append(ContentPart("text", text=p))
+        elif isinstance(p, dict) and p.get("type") in ("text", "input_text", "output_text") \
+                and isinstance(p.get("text"), str):
+            out.append(ContentPart("text", text=p["text"]))
+        else:
+            raise ParseError("content mixing ContentParts with other values holds a "
+                             f"{type(p).__name__}: {json.dumps(p, default=str)[:100]}")
+    return tuple(out)
+
+
+def describe_part(part: ContentPart) -> str:
+    """`an image (base64 image/png)`, `a document given by URL` ... for messages."""
+    article = "an" if part.type[0] in "aeiou" else "a"
+    source = part.source
+    if source == "data":
+        how = f" (base64 {part.media_type})" if part.media_type else " (base64)"
+    elif source == "url":
+        how = " given by URL"
+    elif source == "file_id":
+        how = " given by file id"
+    else:
+        how = " of plain text" if part.type != "text" else ""
+    return f"{article} {part.type} part{how}"
+
+
+def locate_parts(messages: list[Message]) -> list[Message]:
+    """Parts that do not say where they are get their place in `messages` (for errors
+    raised after system prompts moved and turns merged)."""
+    out = []
+    for i, m in enumerate(messages):
+        parts = content_parts(m.content)
+        if parts is not None and any(p.where is None for p in parts):
+            placed = tuple(p if p.where is not None else dataclasses.replace(
+                p, where=f"messages[{i}], part {j}") for j, p in enumerate(parts))
+            m = dataclasses.replace(m, content=placed)
+        out.append(m)
+    return out
+
+
+def _text_only(part: ContentPart, where: str) -> UnsupportedContentError:
+    loc = part.where or where
+    return UnsupportedContentError(
+        f"{loc}: {describe_part(part)} cannot go where only text can ({where}); remove it "
+        "or give its content as text", part_type=part.type, where=loc)
+
+
+def content_text(content: Any, where: str = "here") -> str | None:
+    """Message content as text: strings pass, text parts are joined, other values are
+    JSON. Content parts beyond text are refused (UnsupportedContentError), not dropped."""
     if content is None or isinstance(content, str):
         return content
+    if isinstance(content, (list, tuple)) and any(isinstance(p, ContentPart) for p in content):
+        texts = []
+        for p in content:
+            if isinstance(p, ContentPart):
+                if p.type != "text":
+                    raise _text_only(p, where)
+                texts.append(p.text or "")
+            elif isinstance(p, str):
+                texts.append(p)
+            else:
+                texts.append(content_text([p], where) or "")
+        return "".join(texts)
     if isinstance(content, list) and all(isinstance(p, (str, dict)) for p in content):
         parts = []
         for p in content:
@@ -200,8 +279,67 @@ class WireTools:
                         arguments=self.transform(tool).restore(call.arguments))
 
 
-def _tool_view(m: Message, names: dict[str, str], opaque: set[int]) -> dict[str, Any]:
+def _part_view(part: ContentPart) -> dict[str, Any]:
+    view = part.to_dict()
+    view["source"] = part.source
+    if part.data is not None:
+        view["data_url"] = f"data:{part.media_type or 'application/octet-stream'};base64,{part.data}"
+    if part.media_type:
+        view["subtype"] = part.media_type.split("/")[-1].split(";")[0].strip().lower()
+    return view
+
+
+def render_parts(prov: Provider, role: str, parts: tuple[ContentPart, ...], where: str
+                 ) -> dict[str, Any]:
+    """The writer view of a message with media: {text, parts, media} as the provider's
+    `messages.media` writes them; anything it cannot write is refused."""
+    media = prov.media
+    role_name = "tool result" if role == "tool" else f"{role} message"
+    rendered: list[Any] = []
+    non_text: list[Any] = []
+    texts: list[str] = []
+    for j, p in enumerate(parts):
+        loc = p.where or f"{where}, part {j}"
+        if p.type != "text" and role not in media.roles:
+            takes = sorted(media.roles)
+            raise UnsupportedContentError(
+                f"{loc}: {describe_part(p)} cannot be sent to {prov.id!r} in a {role_name}: "
+                + (f"its API takes media only in {' and '.join(r + ' messages' for r in takes)}"
+                   if takes else "its API (as toolrules writes it) takes text only")
+                + f". Remove the {p.type}, give its content as text, or route this model to "
+                f"an upstream whose API takes {p.type} input there", part_type=p.type, where=loc)
+        expr = media.kinds.get(p.type)
+        value = prune(expr(_part_view(p)), set()) if expr is not None else None
+        if value is None or value == "" or value == [] or value == {}:
+            if p.type == "text":
+                value = {"type": "text", "text": p.text or ""}
+            else:
+                raise UnsupportedContentError(
+                    f"{loc}: {describe_part(p)} cannot be sent to {prov.id!r}: its API has "
+                    f"no way to carry it (rules/providers/{prov.id}.yaml messages.media). "
+                    f"Remove it, give its content as text, or route this model to an "
+                    f"upstream that takes {p.type} input", part_type=p.type, where=loc)
+        rendered.append(value)
+        if p.type == "text":
+            texts.append(p.text or "")
+        else:
+            non_text.append(value)
+    return {"text": "".join(texts), "parts": rendered, "media": non_text}
+
+
+def _tool_view(m: Message, names: dict[str, str], opaque: set[int], prov: Provider,
+               where: str) -> dict[str, Any]:
     content = m.content
+    parts = content_parts(content)
+    if parts is not None:
+        pv = render_parts(prov, "tool", parts, where)
+        for v in pv["parts"]:
+            opaque.add(id(v))
+        name = m.name or names.get(m.tool_call_id or "", "")
+        return {"role": "tool", "tool_call_id": m.tool_call_id, "name": name or None,
+                "text": pv["text"], "output": pv["text"], "output_json": None,
+                "is_error": bool(m.is_error), "error": pv["text"] if m.is_error else None,
+                "parts": pv["parts"], "media": pv["media"]}
     text = content if isinstance(content, str) else (
         None if content is None else json.dumps(content, ensure_ascii=False))
     output_json = content if isinstance(content, (dict, list)) else None
@@ -284,22 +422,71 @@ def prepare_history(prov: Provider, messages: list[Message],
     return out
 
 
+def _fill(template: str, types: list[str], call_id: str | None) -> str:
+    kinds = " and ".join(dict.fromkeys(t + "s" if types.count(t) > 1 else t for t in types))
+    return template.replace("{types}", kinds).replace("{call_id}", call_id or "?")
+
+
+def move_result_media(prov: Provider, messages: list[Message]) -> list[Message]:
+    """Media in tool results the provider's tool messages cannot carry move to a message
+    of `media.move_results.to` right after the run of results (the rule's notes say so
+    on both sides); without that rule they stay, and are refused when written."""
+    rule = prov.media.move_results
+    if not rule or "tool" in prov.media.roles or not any(
+            m.role == "tool" and content_parts(m.content) for m in messages):
+        return messages
+    out: list[Message] = []
+    carried: list[ContentPart] = []
+    for m in messages:
+        if carried and m.role != "tool":
+            out.append(Message(role=rule["to"], content=tuple(carried)))
+            carried = []
+        parts = content_parts(m.content) if m.role == "tool" else None
+        if parts is None:
+            out.append(m)
+            continue
+        media = [p for p in parts if p.type != "text"]
+        types = [p.type for p in media]
+        text = "".join(p.text or "" for p in parts if p.type == "text")
+        note = _fill(rule.get("note") or "", types, m.tool_call_id)
+        out.append(dataclasses.replace(m, content="\n\n".join(x for x in (text, note) if x)))
+        lead = _fill(rule.get("lead") or "", types, m.tool_call_id)
+        if lead:
+            carried.append(ContentPart("text", text=lead))
+        carried.extend(media)
+    if carried:
+        out.append(Message(role=rule["to"], content=tuple(carried)))
+    return out
+
+
 def write_messages(prov: Provider, messages: list[Message], extra_transforms: Sequence[str] = ()
                    ) -> list[Any]:
     """UTP messages (already prepared) -> the wire message list."""
     names: dict[str, str] = {}
     out: list[Any] = []
-    for m in messages:
+    messages = move_result_media(prov, messages)
+    for mi, m in enumerate(messages):
         opaque: set[int] = set()
+        where = f"messages[{mi}]"
         if m.role == "assistant":
             for c in m.tool_calls:
                 if c.id:
                     names[c.id] = c.name
+            parts = content_parts(m.content)
+            if parts is not None:  # no API takes media from the assistant: refused
+                render_parts(prov, "assistant", parts, where)
             view = _assistant_view(m, opaque)
         elif m.role == "tool":
-            view = _tool_view(m, names, opaque)
+            view = _tool_view(m, names, opaque, prov, where)
         else:
-            view = {"role": m.role, "text": content_text(m.content) or ""}
+            parts = content_parts(m.content)
+            if parts is not None:
+                view = {"role": m.role, **render_parts(prov, m.role, parts, where)}
+                for v in view["parts"]:
+                    opaque.add(id(v))
+            else:
+                view = {"role": m.role, "text": content_text(m.content) or "",
+                        "parts": None, "media": None}
         writer = prov.writers.get(m.role)
         if writer is None:
             raise CapabilityError(f"provider {prov.id!r} has no way to write a {m.role!r} message")
@@ -403,20 +590,86 @@ def decode_call(prov: Provider, raw_id: Any, name: Any, args: Any,
                     arguments=decoded)
 
 
+_PART_FIELDS = ("text", "media_type", "data", "url", "file_id", "name")
+
+
+def _block_type(block: Any) -> str:
+    if isinstance(block, dict):
+        kind = block.get("type")
+        return kind if isinstance(kind, str) else "untyped"
+    return type(block).__name__
+
+
+def read_blocks(prov: Provider, blocks: Any, where: str) -> list[ContentPart]:
+    """Content blocks -> UTP parts by the reader's `parts` rules. A block that no rule
+    reads, or that a rule refuses, refuses the request: nothing is dropped unseen."""
+    rules = prov.reader.parts
+    out: list[ContentPart] = []
+    for j, block in enumerate(_listify(blocks)):
+        here = f"{where}, block {j}"
+        kind = _block_type(block)
+        rule = next((r for r in rules if not _is_false(r.when(block))), None)
+        if rule is None:
+            raise UnsupportedContentError(
+                f"{here}: a content block of type {kind!r} cannot be carried: toolrules has no "
+                f"rule reading it from the {prov.id} format (rules/providers/{prov.id}.yaml "
+                "messages.read.parts). Remove the block, or give its content as text",
+                part_type=kind, where=here)
+        if rule.refuse:
+            raise UnsupportedContentError(f"{here}: a {kind!r} block cannot be carried: "
+                                          f"{rule.refuse}", part_type=kind, where=here)
+        if rule.part is None:  # `skip`: read by another field, or a declared loss
+            continue
+        value = rule.part(block)
+        if not isinstance(value, dict) or not isinstance(value.get("type"), str):
+            raise ParseError(f"{here}: the reading rule for {kind!r} blocks gave "
+                             f"{json.dumps(value, default=str)[:100]}, not a part")
+        fields = {}
+        for name in _PART_FIELDS:
+            v = value.get(name)
+            if v is not None and not isinstance(v, str):
+                raise ParseError(f"{here}: the {kind!r} block's {name} is not a string")
+            fields[name] = v
+        try:
+            out.append(ContentPart(value["type"], where=here, **fields))
+        except ValueError as exc:
+            raise ParseError(f"{here}: {exc}") from None
+    return out
+
+
+def _read_content(parts: list[ContentPart], text: Any) -> Any:
+    """Parts when there are media among them, else the text as before."""
+    if any(p.type != "text" for p in parts):
+        return tuple(parts)
+    return text
+
+
 def read_history(prov: Provider, wires: list[Any]) -> list[Message]:
     """Wire request messages -> UTP messages (assistant items merged as one turn)."""
     out: list[Message] = []
-    for wire in wires:
+    r = prov.reader
+    for i, wire in enumerate(wires):
+        where = f"{prov.messages_path}[{i}]"
+        if r.refuse is not None:
+            reason = r.refuse(wire)
+            if not _is_false(reason):
+                raise UnsupportedContentError(f"{where}: {reason}", where=where)
         rm = read_wire_message(prov, wire)
         warnings: list[str] = []
-        for res in rm.results:
+        for k, res in enumerate(rm.results):
             content = res.get("content")
-            if isinstance(content, list):
+            blocks = res.get("blocks")
+            rparts = read_blocks(prov, blocks, f"{where}, tool result {k}") \
+                if isinstance(blocks, list) and r.parts else []
+            if rparts:
+                content = _read_content(rparts, "".join(p.text or "" for p in rparts))
+            elif isinstance(content, list):
                 content = _join(content)
             out.append(Message(role="tool", content=content, tool_call_id=res.get("call_id"),
                                name=res.get("name"), is_error=bool(res.get("is_error"))))
         if rm.results and rm.role == "tool":
             continue
+        parts = read_blocks(prov, r.blocks(wire), where) if r.blocks is not None else []
         calls = []
         for raw_id, name, args in rm.calls:
             call = decode_call(prov, raw_id, name, args, warnings)
@@ -424,11 +677,13 @@ def read_history(prov: Provider, wires: list[Any]) -> list[Message]:
                 raise ParseError(f"request message holds an unreadable tool call: {warnings[-1]}")
             calls.append(call)
         role = rm.role or "user"
-        if rm.results and not rm.text and not calls:
+        content = _read_content(parts, rm.text)
+        if rm.results and not content and not calls:
             continue
-        msg = Message(role=role, content=rm.text, tool_calls=tuple(calls),
+        msg = Message(role=role, content=content, tool_calls=tuple(calls),
                       reasoning_content=rm.reasoning)
         if role == "assistant" and out and out[-1].role == "assistant" and (
+                not isinstance(msg.content, tuple) and not isinstance(out[-1].content, tuple)) and (
                 not msg.content or (not out[-1].content and not out[-1].tool_calls)):
             prev = out[-1]
             out[-1] = Message(role="assistant",

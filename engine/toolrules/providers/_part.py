@@ -14,7 +14,13 @@ import warnings
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
-from .._errors import CapabilityError, ParseError, SchemaError, UnknownRuleError
+from .._errors import (
+    CapabilityError,
+    ParseError,
+    SchemaError,
+    UnknownRuleError,
+    UnsupportedContentError,
+)
 from .._types import Message, ParsedResponse, Tool, ToolCall, coerce_tools
 from ..rules._part import Part
 
@@ -242,6 +248,7 @@ class ProvidersPart(Part):
         """
         from ._messages import (
             coerce_messages,
+            locate_parts,
             normalize_choice,
             prepare_history,
             wire_name,
@@ -257,7 +264,8 @@ class ProvidersPart(Part):
         denied = options.pop("denied_tools", None)
         overrides = options.pop("request_overrides", None)
         extra_transforms = tuple(options.pop("transforms", None) or ())
-        msgs = coerce_messages(messages)
+        msgs = locate_parts(coerce_messages(messages))
+        self._check_media(msgs, model)
         all_tools = coerce_tools(tools)
         tool_list = _mask(all_tools, allowed, denied)
         norm = normalize_choice(tool_choice)
@@ -309,6 +317,27 @@ class ProvidersPart(Part):
             _apply_overrides(prov, body, overrides)
         return body
 
+    def _check_media(self, msgs: list[Message], model: str | None) -> None:
+        """Media the model's rules say it cannot take (capability input_media) are
+        refused before anything is sent."""
+        from ._messages import content_parts, describe_part
+
+        if model is None or not any(content_parts(m.content) for m in msgs) or \
+                not self.engine.parse_model_id(model).known:
+            return
+        takes = self.engine.capability(model).input_media
+        if takes is None:  # unknown: the upstream decides
+            return
+        for m in msgs:
+            for p in content_parts(m.content) or ():
+                if p.type != "text" and p.type not in takes:
+                    what = f"only {', '.join(takes)} besides text" if takes else "text only"
+                    raise UnsupportedContentError(
+                        f"{p.where}: {describe_part(p)} cannot be sent: model {model!r} takes "
+                        f"{what} (its rules' capability input_media). Remove the {p.type}, "
+                        f"or route this request to a model that takes {p.type} input",
+                        part_type=p.type, where=p.where)
+
     def _choose_tools(self, prov: Provider, model: str | None, msgs: list[Message],
                       tools: tuple[Tool, ...], norm: tuple[str, str | None] | None,
                       names: dict[str, str]) -> tuple[tuple[Tool, ...], Any, str | None]:
@@ -348,7 +377,8 @@ class ProvidersPart(Part):
         from ._rules import prune, set_path
 
         if prov.system_placement == "field":
-            systems = [content_text(m.content) or "" for m in msgs if m.role == "system"]
+            systems = [content_text(m.content, f"the {prov.id} system prompt") or ""
+                       for m in msgs if m.role == "system"]
             if emulation:
                 systems.append(emulation)
             if systems:

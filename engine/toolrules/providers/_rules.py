@@ -28,6 +28,7 @@ __all__ = ["CHOICE_KINDS", "MESSAGE_TRANSFORMS", "Provider", "check_rules", "com
 
 MAX_BODY_BYTES = 16 << 20
 CHOICE_KINDS = ("auto", "none", "required", "named")
+MEDIA_KINDS = ("image", "audio", "document")
 
 
 # ---------------------------------------------------------------- expressions
@@ -360,6 +361,29 @@ class Reader:
     call: dict[str, Expr]
     results: Expr | None
     result: dict[str, Expr]
+    refuse: Expr | None = None
+    blocks: Expr | None = None
+    parts: tuple[PartRule, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class PartRule:
+    """How one kind of content block is read: as a UTP part, skipped (read elsewhere, or
+    a declared loss) or refused."""
+
+    when: Expr
+    part: Expr | None
+    skip: str | None
+    refuse: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class MediaWriter:
+    """How content parts are written (`messages.media`): per part type, and for which roles."""
+
+    roles: frozenset[str]
+    kinds: dict[str, Expr]
+    move_results: dict[str, str] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -427,6 +451,7 @@ class Provider:
     sequential_calls: bool
     lossy: frozenset[str]
     _id_pattern: re.Pattern[str] | None = field(default=None)
+    media: MediaWriter = field(default_factory=lambda: MediaWriter(frozenset(), {}))
 
     # ------------------------------------------------------------ finish reasons
 
@@ -459,7 +484,21 @@ def _reader(data: dict[str, Any], where: str) -> Reader:
         call={k: Expr(v, f"{where}.call.{k}") for k, v in (data.get("call") or {}).items() if v},
         results=_expr(data.get("results"), f"{where}.results"),
         result={k: Expr(v, f"{where}.result.{k}") for k, v in (data.get("result") or {}).items() if v},
+        refuse=_expr(data.get("refuse"), f"{where}.refuse"),
+        blocks=_expr(data.get("blocks"), f"{where}.blocks"),
+        parts=tuple(PartRule(when=Expr(r["when"], f"{where}.parts[{i}].when"),
+                             part=_expr(r.get("part"), f"{where}.parts[{i}].part"),
+                             skip=r.get("skip"), refuse=r.get("refuse"))
+                    for i, r in enumerate(data.get("parts") or ()) if isinstance(r, dict)),
     )
+
+
+def _media(data: dict[str, Any], where: str) -> MediaWriter:
+    return MediaWriter(roles=frozenset(data.get("roles") or ()),
+                       kinds={k: Expr(v, f"{where}.{k}") for k in ("text", *MEDIA_KINDS)
+                              if isinstance(v := data.get(k), str) and v},
+                       move_results=dict(data["move_results"])
+                       if isinstance(data.get("move_results"), dict) else None)
 
 
 def _choice(value: Any, where: str) -> ChoiceEntry:
@@ -554,6 +593,7 @@ def compile_provider(rs: RuleSet, rule_id: str) -> Provider:
         sequential_calls=bool(stream.get("sequential_calls")),
         lossy=frozenset(d.get("lossy") or ()),
         _id_pattern=re.compile(call_ids["pattern"]) if call_ids.get("pattern") else None,
+        media=_media(msgs.get("media") or {}, f"{w} messages.media"),
     )
 
 
@@ -683,6 +723,7 @@ def check_rules(rs: RuleSet, rep: Any, failed: set[tuple[str, str]]) -> None:
         if system.get("placement", "message") == "message" and not (merged.get("messages") or {}).get("system"):
             rep.error(rf, ("system",), "system placement `message` needs `messages.system`",
                       "provider-incomplete")
+        _check_media(rep, rf, rid, merged)
     strategies = rs.get("table", "schema_strategies")
     names: set[str] = set()
     if strategies is not None and ("table", "schema_strategies") not in failed \
@@ -699,6 +740,33 @@ def check_rules(rs: RuleSet, rep: Any, failed: set[tuple[str, str]]) -> None:
                 rep.error(rf, path, f"schema strategy {value!r} is not defined in "
                           "rules/schema_strategies.yaml" + _hint(value, sorted(names)),
                           "missing-strategy")
+
+
+def _check_media(rep: Any, rf: Any, rid: str, merged: dict[str, Any]) -> None:
+    """Content parts are never dropped unseen: a role that takes media has a writer that
+    uses them, and an API served to clients reads every content block it is sent."""
+    msgs = merged.get("messages") or {}
+    media = msgs.get("media") or {}
+    roles = media.get("roles") or []
+    moved = media.get("move_results") or {}
+    if moved and moved.get("to") not in roles:
+        rep.error(rf, ("messages", "media", "move_results"), f"provider {rid!r}: "
+                  "`move_results.to` must be one of `media.roles`", "provider-media")
+    if roles and not media.get("text"):
+        rep.error(rf, ("messages", "media"), f"provider {rid!r}: `messages.media` has roles "
+                  "but no `text` entry (how a text part is written among media)",
+                  "provider-media")
+    for role in roles:
+        writer = msgs.get(role)
+        if isinstance(writer, str) and not re.search(r"\b(parts|media)\b", writer):
+            rep.error(rf, ("messages", "media", "roles"), f"provider {rid!r}: role {role!r} "
+                      "takes media, but `messages." + role + "` uses neither `parts` nor "
+                      "`media`: they would be lost", "provider-media")
+    if merged.get("serve") and not ((msgs.get("read") or {}).get("blocks")
+                                    and (msgs.get("read") or {}).get("parts")):
+        rep.error(rf, ("messages", "read"), f"provider {rid!r} is served to clients "
+                  "(`serve:`) but `messages.read` has no `blocks` and `parts`: content "
+                  "blocks other than text would be dropped unseen", "provider-media")
 
 
 def _strategy_refs(data: dict[str, Any]) -> Iterable[tuple[tuple[Any, ...], Any]]:

@@ -41,6 +41,11 @@ CAPABILITY_FIELDS: dict[str, dict[str, Any]] = {
     "decline_calls": _strlist("tool names this model writes to mean \"no call\": read as no "
                               "call, with a warning (unless a tool of that name is offered)",
                               "decline_calls: [no_function]"),
+    "input_media": {"type": "list", "nullable": True,
+                    "schema": {"type": "string", "allowed": ["image", "audio", "document"]},
+                    **_doc("what the model takes besides text; [] for text only (a request "
+                           "carrying other media is refused); unset: unknown",
+                           "input_media: [image]")},
     "chat_template": _str("the turn format for raw-text inference: a template under "
                           "templates/chat/ (Hugging Face chat-template variables)",
                           "chat_template: chat/gemma.j2", nullable=True),

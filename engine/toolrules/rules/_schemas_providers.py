@@ -73,17 +73,74 @@ _READER = _section("how to read one wire message (request history or response) i
                      "result: {call_id: tool_call_id, content: content}"),
     "string_as": _str("reading a request body: the role of a message list given as a bare "
                       "string", "string_as: user", allowed=["user", "system"]),
+    "refuse": _expr("over one wire message: why it cannot be carried (a reason, refused "
+                    "with a 400 by a proxy), or null", "refuse: \"!role && 'an item the "
+                    "proxy cannot relay'\""),
+    "blocks": _expr("the content blocks of one wire message (a list; null: text only). "
+                    "Every block must match a `parts` rule: nothing is dropped unseen",
+                    "blocks: \"type(content) == 'array' && content || null\""),
+    "parts": {"type": "list", "nullable": True, **_doc(
+        "rules for content blocks (of `blocks`, and of a result's `result.blocks`), tried "
+        "in order; the first whose `when` holds decides: `part` reads the block as a UTP "
+        "content part, `skip` says which other field reads it (or why it is not carried), "
+        "`refuse` refuses the request with that reason. A block no rule matches is "
+        "refused", "parts: [{when: \"type == 'text'\", part: \"{type: 'text', text: "
+        "text}\"}]"),
+        "schema": {"type": "dict", "schema": {
+            "when": _expr("the rule applies when this holds over the block", required=True),
+            "part": _expr("the UTP part: {type: text|image|audio|document, text, "
+                          "media_type, data (base64), url (a data: URL is split into "
+                          "media_type and data), file_id, name}",
+                          "part: \"{type: 'image', url: image_url.url}\""),
+            "skip": _str("the block is read by another field, or deliberately not carried "
+                         "(a declared loss): say which and why", "skip: a tool call (calls)"),
+            "refuse": _str("the block cannot be carried: the reason and what to do instead",
+                           "refuse: server tools run on the provider's side"),
+        }}},
 })
 
 _WRITER = _section("how to write UTP messages as wire messages", {
     "path": _str("body path of the message list", "path: messages"),
     "system": _expr("a system message (when system placement is `message`)",
                     "system: \"{role: 'system', content: text}\""),
-    "user": _expr("a user message; view: {role, text}", "user: \"{role: 'user', content: text}\""),
+    "user": _expr("a user message; view: {role, text, parts, media} (parts/media: see "
+                  "`media`; null for a text-only message)",
+                  "user: \"{role: 'user', content: parts || text}\""),
     "assistant": _expr("an assistant message; view: {text, reasoning, tool_calls: [{id, name, "
                        "arguments, arguments_json}]} (a list result adds several items)"),
     "tool": _expr("a tool result; view: {tool_call_id, name, text, output, output_json, "
-                  "is_error, error}"),
+                  "is_error, error, parts, media}"),
+    "media": _section("content parts beyond text (images, audio, documents): how each is "
+                      "written. A message holding a part whose type has no entry here, or "
+                      "whose entry gives null, is refused (UnsupportedContentError), never "
+                      "sent without it. The writers of `roles` see `parts` (every part in "
+                      "order, text included, as written here) and `media` (the non-text "
+                      "ones); both are null for a text-only message", {
+        "roles": {"type": "list", "schema": {"type": "string", "allowed": ["user", "tool"]},
+                  **_doc("roles whose messages may carry media (their writers must use "
+                         "`parts` or `media`)", "roles: [user, tool]")},
+        "text": _expr("a text part; view: the part", "text: \"{type: 'text', text: text}\""),
+        "image": _expr("an image part; view: the part {type, text, media_type, data, url, "
+                       "file_id, name} plus source (data, url, file_id or text), data_url "
+                       "(data: URL of data) and subtype (of media_type: png, wav, pdf ...)",
+                       "image: \"{type: 'image_url', image_url: {url: url || data_url}}\""),
+        "audio": _expr("an audio part; view: as for image"),
+        "document": _expr("a document part (a PDF, a plain-text document ...); view: as for "
+                          "image"),
+        "move_results": _section(
+            "tool results whose media the API's tool messages cannot carry: the text stays "
+            "in the tool message, the media follow in a message of this role right after "
+            "the run of results (so nothing is lost)", {
+                "to": _str("the role that carries them (one of `roles`)", "to: user",
+                           allowed=["user"], required=True),
+                "note": _str("text added to the tool message; {types} and {call_id} are "
+                             "filled in", "note: '[the {types} follow in the next message]'"),
+                "lead": _str("text opening the carrying message, one per result; {types} "
+                             "and {call_id} are filled in",
+                             "lead: '[{types} of the result of call {call_id}]'"),
+            }),
+        "notes": _str("free text"),
+    }),
     "merge": _str("consecutive wire messages with the same role are merged by concatenating "
                   "this list field", "merge: content"),
     "text_block": _expr("when merging, a string value of the merge field becomes this block",

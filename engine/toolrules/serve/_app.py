@@ -26,7 +26,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from .._errors import ToolrulesError
+from .._errors import ToolrulesError, UnsupportedContentError
 from .._types import ParsedResponse
 from ..calls._tool_errors import ToolErrorCode
 from ..clients._errors import ProviderError
@@ -199,6 +199,8 @@ class ServeApp:
             info["route"] = route.index
             try:
                 msgs, tools, choice = self.engine.parse_request(body, front.provider)
+            except UnsupportedContentError:
+                raise
             except ToolrulesError as exc:
                 raise _Reject(400, f"cannot read the request: {safe_error(exc)}") from None
             client = self.upstreams.client(route, requested)
@@ -240,6 +242,13 @@ class ServeApp:
             failure = upstream_failure(exc)
             info.update(status=failure.status, error=exc.code.name)
             return self._error_response(front, failure)
+        except UnsupportedContentError as exc:
+            # content the route cannot carry (a block no rule reads, media the upstream
+            # API or model cannot take): the client's request is refused, never trimmed
+            info.update(status=400, error=type(exc).__name__)
+            return self._error_response(front, _Reject(400, f"{str(exc)[:2000]} "
+                                                       "(toolrules serve refuses content it "
+                                                       "cannot carry rather than drop it)"))
         except ToolrulesError as exc:
             info.update(status=500, error=type(exc).__name__)
             log.warning("request %s failed: %s", rid, safe_error(exc))

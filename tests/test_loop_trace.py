@@ -248,6 +248,59 @@ def test_replay_reports_different_calls(tmp_path, workspace):
     assert report.divergences[0].what == "call"
 
 
+class _OwnIds(ScriptedModel):
+    """A client with its own call-id scheme (as a local model or a provider has)."""
+
+    async def generate(self, messages, tools=None, tool_choice="auto", **kw):
+        parsed = await super().generate(messages, tools, tool_choice, **kw)
+        calls = tuple(toolrules.ToolCall(f"own_{len(self.requests)}_{i}", c.name, c.arguments)
+                      for i, c in enumerate(parsed.tool_calls))
+        return toolrules.ParsedResponse(parsed.content, parsed.reasoning_content, calls,
+                                        parsed.finish_reason, parsed.repairs, parsed.raw)
+
+
+def test_replay_ignores_the_clients_call_ids_but_not_the_calls(tmp_path, workspace):
+    pristine = tmp_path / "pristine"
+    shutil.copytree(workspace, pristine)
+    model = _OwnIds(HELLO_TURNS[QWEN], model=QWEN, engine=ENGINE)
+    out = ToolLoop(model, executor_for(workspace), engine=ENGINE).run_sync("Uppercase input.txt")
+    assert out.tool_history[0][0].id == "own_1_0"
+    report = asyncio.run(replay(out.trace, executor_for(pristine), engine=ENGINE))
+    assert report.ok, [str(d) for d in report.divergences]
+    # an argument changed is still a divergence
+    records = out.trace.to_dicts()
+    call = next(r for r in records if r["type"] == "call")
+    call["call"]["arguments"]["path"] = "elsewhere.txt"
+    report = asyncio.run(replay(Trace(records), executor_for(tmp_path / "pristine"),
+                                engine=ENGINE))
+    assert [d.what for d in report.divergences][:1] == ["call"]
+
+
+def test_replay_keeps_the_recorded_reading_of_a_turn_without_tools(tmp_path, workspace):
+    """A closing turn (no tools offered) whose text holds a call: some clients leave such
+    text as it is, others read the call out; replay keeps what the client did."""
+    turns = [hermes("read_file", path="input.txt")] * 3 + ["unused"]
+    model = ScriptedModel(turns, model=QWEN, engine=ENGINE)
+    out = ToolLoop(model, executor_for(workspace), engine=ENGINE, repeat_limit=2,
+                   max_rounds=2).run_sync("Read input.txt")
+    records = out.trace.to_dicts()
+    closing = [r for r in records if r["type"] == "turn"][-1]
+    assert closing["request"]["tools"] == []
+    as_text = hermes("read_file", path="input.txt")
+    closing["response"].update({"content": as_text, "calls": [], "raw": as_text})
+    done = next(r for r in records if r["type"] == "done")
+    done["content"] = as_text
+    report = asyncio.run(replay(Trace(records), executor_for(workspace), engine=ENGINE))
+    assert report.ok, [str(d) for d in report.divergences]
+    assert report.outcome.content == as_text
+
+
+def test_a_scripted_turn_may_be_a_parsed_response():
+    ready = toolrules.ParsedResponse("as read", None, (toolrules.ToolCall("x1", "f", {}),))
+    model = ScriptedModel([ready], model=QWEN, engine=ENGINE)
+    assert asyncio.run(model.generate([toolrules.Message(role="user", content="hi")])) is ready
+
+
 # ---------------------------------------------------------------- the CLI
 
 def _script(tmp_path, model_id=QWEN):

@@ -28,7 +28,7 @@ from ..rules._default import resolve_engine
 
 __all__ = ["ScriptExhaustedError", "ScriptedModel", "ScriptedRequest", "response_chunks"]
 
-Turn = Any  # str | Mapping[str, Any] | Callable[[list[Message], tuple[Tool, ...]], ...] | BaseException
+Turn = Any  # str | Mapping[str, Any] | ParsedResponse | Callable[..., ...] | BaseException
 
 
 class ScriptExhaustedError(ToolrulesError):
@@ -200,9 +200,10 @@ class ScriptedModel:
             turn = turn(list(msgs), tool_list)
             if inspect.isawaitable(turn):
                 turn = await turn
-        if not isinstance(turn, (str, Mapping)):
+        if not isinstance(turn, (str, Mapping, ParsedResponse)):
             raise TypeError(f"scripted turn {number} is a {type(turn).__name__}; give raw "
-                            "text, an assistant message dict, or a callable returning one")
+                            "text, an assistant message dict, a ParsedResponse, or a "
+                            "callable returning one")
         return number, turn, tool_list
 
     def _text_parser(self, tools: tuple[Tool, ...]) -> Any:
@@ -216,8 +217,10 @@ class ScriptedModel:
             self._parser_tools = tools  # keeps id(tools) from being reused while cached
         return self._parser
 
-    def _read(self, number: int, turn: str | Mapping[str, Any],
+    def _read(self, number: int, turn: str | Mapping[str, Any] | ParsedResponse,
               tools: tuple[Tool, ...]) -> ParsedResponse:
+        if isinstance(turn, ParsedResponse):  # already read (a replayed turn): as it is
+            return turn
         if isinstance(turn, str):
             if not self.reads_text_calls:
                 return ParsedResponse(content=turn or None, finish_reason="stop", raw=turn)

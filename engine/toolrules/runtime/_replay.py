@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .._types import Message, ToolCall
+from .._types import Message, ParsedResponse, ToolCall
 from ..clients._scripted import ScriptedModel
 from ..rules._default import resolve_engine
 from ._events import LoopOutcome
@@ -56,7 +56,15 @@ def turns_from_trace(trace: Trace) -> list[Any]:
     for rec in trace.of_type("turn"):
         resp = plain(rec.get("response") or {})
         raw = resp.get("raw")
-        if isinstance(raw, str) or (isinstance(raw, dict) and raw.get("role") == "assistant"):
+        if not (rec.get("request") or {}).get("tools"):
+            # a turn without tools: clients differ in whether they read calls out of such
+            # text (none are run); the recorded reading is the one that happened
+            turns.append(ParsedResponse(
+                resp.get("content"), resp.get("reasoning"),
+                tuple(ToolCall(c.get("id"), c.get("name", ""), c.get("arguments") or {})
+                      for c in resp.get("calls") or ()),
+                resp.get("finish_reason"), tuple(resp.get("repairs") or ()), raw))
+        elif isinstance(raw, str) or (isinstance(raw, dict) and raw.get("role") == "assistant"):
             turns.append(raw)
         else:  # a provider body or nothing: the parsed answer, ids kept
             msg: dict[str, Any] = {"role": "assistant", "content": resp.get("content")}
@@ -88,7 +96,7 @@ def _compare(recorded: Trace, replayed: Trace) -> list[Divergence]:
             out.append(Divergence(where, "call", a and a.get("call"), b and b.get("call")))
             continue
         where = f"round {a.get('round')} call {a.get('index')} ({(a.get('call') or {}).get('name')})"
-        if a.get("call") != b.get("call"):
+        if _without_id(a.get("call")) != _without_id(b.get("call")):
             out.append(Divergence(where, "call", a.get("call"), b.get("call")))
             continue
         if a.get("action") != b.get("action"):
@@ -104,6 +112,14 @@ def _compare(recorded: Trace, replayed: Trace) -> list[Divergence]:
         if done_a.get(key) != done_b.get(key):
             out.append(Divergence("final answer", key, done_a.get(key), done_b.get(key)))
     return out
+
+
+def _without_id(call: Any) -> Any:
+    """A recorded call without its id: ids are the client's numbering (a hash of the
+    prompt, a counter, the provider's), not what the model asked for."""
+    if isinstance(call, dict):
+        return {k: v for k, v in call.items() if k != "id"}
+    return call
 
 
 async def replay(trace: Trace | str | Path, executor: Any, *, engine: Any = None,

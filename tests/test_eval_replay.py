@@ -154,3 +154,22 @@ def test_an_overlay_scenario_needs_the_rules_it_was_run_with(tmp_path):
         text.replace("title: Untitled", "title: Changed"))
     code, report = _replay(traces[0], "--rules", str(overlay))
     assert code == 1 and report["divergences"][0]["replayed"]["draft"]["title"] == "Changed"
+
+
+def test_the_committed_local_model_results_replay():
+    """results/eval-local (the README's Gemma 3 270M matrix) is what the model wrote: every
+    committed trace re-runs through today's parser, loop and mock tools to the same calls,
+    handling and final answers. Only a command's output may differ (a directory listing of
+    a fresh workspace carries its times)."""
+    root = Path(__file__).resolve().parent.parent / "results" / "eval-local"
+    report = json.loads((root / "report.json").read_text())
+    traces = sorted((root / "traces").glob("*.jsonl"))
+    assert len(traces) == report["config"]["runs"] == len(report["runs"])
+    engine = toolrules.load(use_env=False)
+    stopped = {Path(r["trace"]).name: r["stopped"] for r in report["runs"]}
+    for path in traces:
+        trace = Trace.load(path)
+        result = asyncio.run(replay_eval(trace, engine))
+        for d in result.divergences:
+            assert d.what == "result output" and "exit_code" in str(d.recorded), (path.name, str(d))
+        assert result.outcome.stopped == stopped[path.name]

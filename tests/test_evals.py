@@ -297,6 +297,25 @@ def test_a_spec_without_a_model_gets_the_overrides_on_the_clients_model_id(
     assert validate == {"raw": False, "retry": True}
 
 
+def test_a_live_entry_runs_its_own_scenarios_unless_told(engine):
+    local = plan(engine, models="local", strategies=["raw"])
+    assert [u.scenarios for u in local.units] == \
+        [tuple(s.id for s in load_scenarios(engine, ["local"]))]
+    told = plan(engine, models="local", scenarios=["chat_only"], strategies=["raw"])
+    assert [u.scenarios for u in told.units] == [("chat_only",)]
+
+
+def test_lint_names_a_live_entrys_unknown_scenarios(tmp_path):
+    from toolrules.cli import main
+
+    text = (ROOT / "rules" / "eval.yaml").read_text()
+    assert "scenarios: local," in text
+    (tmp_path / "eval.yaml").write_text(text.replace("scenarios: local,", "scenarios: locl,"))
+    result = CliRunner().invoke(main, ["lint", str(tmp_path)])
+    assert result.exit_code == 1, result.output
+    assert "eval.yaml:" in result.output and "'locl' (eval-entry)" in result.output
+
+
 # ---------------------------------------------------------------- reports and the CLI
 
 def test_report_json_names_runs_and_metrics(offline_runs, tmp_path):

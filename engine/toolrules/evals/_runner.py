@@ -62,12 +62,20 @@ def plan(engine: Any, models: str | None = None, scenarios: Sequence[str] | None
     strats = cat.strategies(strategies)
     profs = cat.profiles(profiles)
     units = []
+    every: dict[str, Scenario] = {}
     for t in targets:
+        mine = chosen
+        if not scenarios and t.entry.get("scenarios"):  # the entry's own default set
+            own = t.entry["scenarios"]
+            mine = load_scenarios(engine, [own] if isinstance(own, str) else list(own))
+        for sc in mine:
+            every.setdefault(sc.id, sc)
         for s in strats:
             for p in profs:
                 if p.applies(t):
-                    units.append(Unit(t, s, p, tuple(sc.id for sc in chosen), max(1, trials)))
-    return EvalPlan(units, chosen, tuple(rule_paths), trace_dir)
+                    units.append(Unit(t, s, p, tuple(sc.id for sc in mine), max(1, trials)))
+    return EvalPlan(units, list(every.values()) if targets else chosen, tuple(rule_paths),
+                    trace_dir)
 
 
 # ---------------------------------------------------------------- engines per strategy

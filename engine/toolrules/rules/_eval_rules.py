@@ -197,6 +197,15 @@ def _check_table(rs: RuleSet, rf: RuleFile, rep: Any, scenarios: dict[str, set[s
             if scenarios and name not in scenario_names:
                 rep.error(rf, ("scenario_presets", preset, j), f"no scenario or tag {name!r} "
                           "under rules/scenarios/", "eval-preset")
+    known = scenario_names | set(data.get("scenario_presets") or {}) | {"all"}
+    for j, entry in enumerate(data.get("live") or ()):
+        own = entry.get("scenarios")
+        for k, name in enumerate([own] if isinstance(own, str) else list(own or ())):
+            if scenarios and not any(fnmatch.fnmatchcase(n, name) for n in known):
+                where = ("live", j, "scenarios") if isinstance(own, str) else \
+                    ("live", j, "scenarios", k)
+                rep.error(rf, where, f"no scenario, tag or scenario preset {name!r}",
+                          "eval-entry")
     check_regex(rep, rf, ("signals", "feedback"), (data.get("signals") or {}).get("feedback"))
 
 

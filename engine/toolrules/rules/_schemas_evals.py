@@ -210,6 +210,8 @@ _LIVE = {"type": "dict", "schema": {
                                        "profile's options win over them)",
                                        "options: {max_tokens: 192}")},
     "tags": _strlist("names a --models filter may use", "tags: [stable, anthropic]"),
+    "scenarios": _str_or_list("scenarios (ids, tags, presets) run on this entry when "
+                              "--scenarios is not given", "scenarios: local"),
     "note": _str("why it is listed"),
 }}
 

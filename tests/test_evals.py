@@ -350,6 +350,24 @@ def test_cli_eval_writes_reports_and_replayable_traces(tmp_path):
     assert records[-1]["events"][0]["tool_name"] == "Read"
 
 
+def test_cli_eval_checks_live_models_before_any_run(monkeypatch, tmp_path):
+    from toolrules.cli import main
+    from toolrules.clients import _local
+
+    monkeypatch.delenv("ANTHROPIC_API_KEY", raising=False)
+
+    def missing(rules):
+        raise ImportError("the local model's runtime is not installed: pip install x")
+
+    monkeypatch.setattr(_local, "_import_runtime", missing)
+    result = CliRunner().invoke(main, ["eval", "--models", "claude-sonnet,local,hermes",
+                                       "--report", str(tmp_path), "-q"])
+    assert result.exit_code == 2, result.output
+    assert "claude-sonnet: [AUTH]" in result.output and "ANTHROPIC_API_KEY" in result.output
+    assert "local: the local model's runtime is not installed" in result.output
+    assert not (tmp_path / "report.json").exists()     # nothing ran
+
+
 def test_cli_eval_bad_filter_is_a_clear_error():
     from toolrules.cli import main
 

@@ -51,6 +51,7 @@ def eval_command(models: str | None, scenarios: tuple[str, ...], trials: int, jo
     """Measure tool calling: every scenario (rules/scenarios) through the full tool loop, per
     model and strategy; seed 000's metrics. Exit 1 when a run errors."""
     from ..evals import build_report, plan, write_reports
+    from ..evals._runner import preflight
 
     engine = get_engine(rule_paths)
     trace_dir = None
@@ -64,6 +65,11 @@ def eval_command(models: str | None, scenarios: tuple[str, ...], trials: int, jo
     except ValueError as exc:
         fail(str(exc), "see rules/eval.yaml (models, presets, strategies, profiles) and "
              "rules/scenarios/", code=2)
+    problems = preflight(engine, p)
+    if problems:
+        fail("a live model cannot run:\n  " + "\n  ".join(problems),
+             "fix it (install, weights, the provider's key variable) or leave the model out "
+             "of --models", code=2)
     started = time.perf_counter()
     runs = _run_with_progress(p, jobs, quiet or as_json)
     wall = time.perf_counter() - started

@@ -291,6 +291,12 @@ class LocalModel:
             self._gguf = default_gguf(self.engine)
         return self._gguf
 
+    def preflight(self) -> None:
+        """Raise now what the first request would (the runtime or the weights missing),
+        without loading the weights."""
+        _import_runtime(self._rules)
+        self.gguf  # noqa: B018 - locating the weights is the check
+
     @property
     def forces_calls(self) -> bool:
         """tool_choice "required" makes the turn a call: with constrained decoding the

@@ -166,6 +166,27 @@ def _client(engine: Any, target: Target, scenario: Scenario, strategy: Strategy,
     return connect(provider, model=model, base_url=target.base_url, engine=engine), None
 
 
+def preflight(engine: Any, p: EvalPlan) -> list[str]:
+    """What would fail every run of a live target (a missing key, runtime or weights),
+    found once before any run: one line per target."""
+    problems: list[str] = []
+    seen: set[str] = set()
+    for u in p.units:
+        t = u.target
+        if t.offline or t.id in seen:
+            continue
+        seen.add(t.id)
+        try:
+            client, _ = _client(_engine_for(engine, t, u.strategy), t, p.scenarios[0],
+                                u.strategy, "")
+            check = getattr(client, "preflight", None)
+            if callable(check):
+                check()
+        except Exception as exc:  # reported, not raised: every target is checked
+            problems.append(f"{t.id}: {exc}")
+    return problems
+
+
 # ---------------------------------------------------------------- one run
 
 async def _run_async(base: Any, target: Target, scenario: Scenario, strategy: Strategy,

@@ -7,6 +7,7 @@ rules/ translate to and from these shapes.
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from dataclasses import MISSING, dataclass, field, fields
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any
@@ -145,6 +146,20 @@ class ContentPart:
             if value is not None:
                 out[name] = value
         return out
+
+    @classmethod
+    def from_dict(cls, data: Any) -> ContentPart:
+        """The part `to_dict` gave (a bare string: a text part). ValueError otherwise."""
+        if isinstance(data, str):
+            return cls("text", text=data)
+        if not isinstance(data, Mapping) or not isinstance(data.get("type"), str):
+            raise ValueError("a content part is a mapping with a `type`")
+        given = {k: data[k] for k in ("text", "media_type", "data", "url", "file_id", "name")
+                 if data.get(k) is not None}
+        bad = [k for k, v in given.items() if not isinstance(v, str)]
+        if bad:
+            raise ValueError(f"a content part's {bad[0]} is a string")
+        return cls(data["type"], **given)
 
 
 @dataclass(frozen=True, slots=True)

@@ -7,7 +7,9 @@ uses the nearest file up its `extends:` chain).
 
 Output per provider: golden/providers/<id>.golden.yaml with the translated tools, the
 tool_choice table, the full request for the conversation, tool result messages, what
-parse_request reads back, each response parsed (and rebuilt), each stream's chunks.
+parse_request reads back, each response parsed (and rebuilt), each stream's chunks, and
+for each `request_tools` case (a tool list a client may send) the tools read or the
+refusal.
 
 Invariants checked before anything is written:
 - parse_request(build_request(conversation)) gives the conversation back, except for
@@ -20,6 +22,7 @@ Invariants checked before anything is written:
 
 from __future__ import annotations
 
+import copy
 import json
 from collections.abc import Iterable
 from pathlib import Path
@@ -256,6 +259,9 @@ def _golden(engine: Any, rid: str, shared: dict[str, Any], cases: dict[str, Any]
     media = _media_cases(engine, rid, model, shared.get("media") or {}, problems)
     if media:
         out["media"] = media
+    entries = _tool_entry_cases(engine, rid, request, cases.get("request_tools") or {})
+    if entries:
+        out["request_tools"] = entries
     # plain data without shared objects (so the YAML has no anchors)
     content = json.loads(json.dumps(out, ensure_ascii=False))
     return GoldenFile(path=f"providers/{rid}.golden.yaml", content=content, problems=problems,
@@ -306,6 +312,27 @@ def _media_cases(engine: Any, rid: str, model: str | None, cases: dict[str, Any]
         sent, got = _parts_of(msgs), _parts_of(back)
         if sent != got and prov.reader.parts:
             problems.append(f"media {name}: parts read back differ:\n  sent {sent}\n  got  {got}")
+    return out
+
+
+def _tool_entry_cases(engine: Any, rid: str, request: dict[str, Any],
+                      cases: dict[str, Any]) -> dict[str, Any]:
+    """Tool lists a client may send (`request_tools` in the cases): the tools read from
+    each, or its refusal (an entry no rule reads is never dropped)."""
+    from .._errors import ToolrulesError
+    from ..providers._rules import set_path
+
+    prov = engine.provider_rules(rid)
+    out: dict[str, Any] = {}
+    for name, entries in cases.items():
+        body = copy.deepcopy(request)
+        set_path(body, prov.tools_path, copy.deepcopy(entries))
+        try:
+            _m, tools, _c = engine.parse_request(body, rid)
+        except ToolrulesError as exc:
+            out[name] = f"refused: {type(exc).__name__}: {exc}"
+            continue
+        out[name] = [t.name for t in tools]
     return out
 
 

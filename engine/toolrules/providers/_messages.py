@@ -42,7 +42,8 @@ from ._transforms import TransformedTool
 __all__ = ["WireTools", "choice_value", "coerce_body", "coerce_message", "coerce_messages",
            "content_parts", "content_text", "decode_call", "derived_id", "describe_part",
            "locate_parts", "normalize_choice", "prepare_history", "read_blocks", "read_choice",
-           "read_history", "read_wire_message", "render_parts", "wire_name", "write_messages"]
+           "read_history", "read_wire_message", "refuse_tools", "render_parts", "wire_name",
+           "write_messages"]
 
 MAX_MESSAGES = 100_000
 _SAFE_NAME = re.compile(r"[^A-Za-z0-9_-]")
@@ -207,7 +208,13 @@ def coerce_message(m: Any) -> Message:
         if args is None:
             raise ParseError(f"tool call {fn.get('name')!r} has arguments that are not a JSON object")
         calls.append(ToolCall(id=c.get("id"), name=str(fn.get("name") or ""), arguments=args))
-    return Message(role=role, content=m.get("content"), tool_calls=tuple(calls),
+    content = m.get("content")
+    if m.get("content_parts") and isinstance(content, list):  # a transcript's or trace's
+        try:
+            content = tuple(ContentPart.from_dict(p) for p in content)
+        except ValueError as exc:
+            raise ParseError(f"a {role} message's content parts: {exc}") from None
+    return Message(role=role, content=content, tool_calls=tuple(calls),
                    tool_call_id=m.get("tool_call_id"), name=m.get("name") or m.get("tool_name"),
                    reasoning_content=m.get("reasoning_content") or m.get("reasoning"),
                    is_error=bool(m.get("is_error")))
@@ -635,6 +642,32 @@ def read_blocks(prov: Provider, blocks: Any, where: str) -> list[ContentPart]:
         except ValueError as exc:
             raise ParseError(f"{here}: {exc}") from None
     return out
+
+
+def refuse_tools(prov: Provider, entries: Any) -> None:
+    """The request's tool list, checked before it is read: an entry a `tools.read.refuse`
+    rule matches (a server or built-in tool, a tool whose schema the provider defines)
+    refuses the request, naming the entry; it is never left out of the tools sent on."""
+    if entries is None or not prov.tools_refuse:
+        return
+    if not isinstance(entries, list):
+        raise ParseError(f"a {prov.id} request's {prov.tools_path!r} is a list, not "
+                         f"{type(entries).__name__}")
+    for i, entry in enumerate(entries):
+        rule = next((r for r in prov.tools_refuse if not _is_false(r.when(entry))), None)
+        if rule is None:
+            continue
+        kind = _block_type(entry)
+        here = f"{prov.tools_path}[{i}]"
+        if kind != "untyped" or not isinstance(entry, dict):
+            label = f"type {kind!r}"
+        else:  # an untyped entry (Gemini's {googleSearch: {}}) is known by its fields
+            label = "no type, fields " + ", ".join(map(repr, sorted(entry)[:6]))
+        name = entry.get("name") if isinstance(entry, dict) else None
+        if isinstance(name, str):
+            label += f", name {name!r}"
+        raise UnsupportedContentError(f"{here} ({label}): this tool cannot be carried: "
+                                      f"{rule.reason}", part_type=kind, where=here)
 
 
 def _read_content(parts: list[ContentPart], text: Any) -> Any:

@@ -435,13 +435,15 @@ class ProvidersPart(Part):
         tool_choice comes back as 'auto', 'none', 'required',
         {'type': 'function', 'function': {'name': ...}}, or None when the body has none.
         """
-        from ._messages import coerce_body, read_choice, read_history
+        from ._messages import coerce_body, read_choice, read_history, refuse_tools
         from ._rules import get_path
 
         prov = self.provider_rules(provider)
         data = coerce_body(body, prov.max_bytes, "request body")
         if not isinstance(data, dict):
             raise ParseError(f"a request body for provider {prov.id} is a JSON object")
+        # a tool the request declares but the proxy cannot carry refuses it up front
+        refuse_tools(prov, get_path(data, prov.tools_path))
         msgs: list[Message] = []
         if prov.system_placement == "field" and prov.system_read is not None:
             text = _join_text(prov.system_read(data))

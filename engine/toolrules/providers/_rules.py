@@ -378,6 +378,15 @@ class PartRule:
 
 
 @dataclass(frozen=True, slots=True)
+class ToolRefusal:
+    """An entry of a request's tool list that cannot be carried (`tools.read.refuse`): a
+    server tool, a built-in tool, a tool type whose schema the provider defines."""
+
+    when: Expr
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
 class MediaWriter:
     """How content parts are written (`messages.media`): per part type, and for which roles."""
 
@@ -452,6 +461,7 @@ class Provider:
     lossy: frozenset[str]
     _id_pattern: re.Pattern[str] | None = field(default=None)
     media: MediaWriter = field(default_factory=lambda: MediaWriter(frozenset(), {}))
+    tools_refuse: tuple[ToolRefusal, ...] = ()
 
     # ------------------------------------------------------------ finish reasons
 
@@ -594,6 +604,10 @@ def compile_provider(rs: RuleSet, rule_id: str) -> Provider:
         lossy=frozenset(d.get("lossy") or ()),
         _id_pattern=re.compile(call_ids["pattern"]) if call_ids.get("pattern") else None,
         media=_media(msgs.get("media") or {}, f"{w} messages.media"),
+        tools_refuse=tuple(
+            ToolRefusal(Expr(r["when"], f"{w} tools.read.refuse[{i}].when"), str(r["refuse"]))
+            for i, r in enumerate((tools.get("read") or {}).get("refuse") or ())
+            if isinstance(r, dict)),
     )
 
 
@@ -767,6 +781,11 @@ def _check_media(rep: Any, rf: Any, rid: str, merged: dict[str, Any]) -> None:
         rep.error(rf, ("messages", "read"), f"provider {rid!r} is served to clients "
                   "(`serve:`) but `messages.read` has no `blocks` and `parts`: content "
                   "blocks other than text would be dropped unseen", "provider-media")
+    read = (merged.get("tools") or {}).get("read") or {}
+    if merged.get("serve") and read.get("each") and not read.get("refuse"):
+        rep.error(rf, ("tools", "read"), f"provider {rid!r} is served to clients (`serve:`) "
+                  "but `tools.read` has no `refuse` rules: tool entries `each` does not read "
+                  "(server or built-in tools) would be dropped unseen", "provider-tools")
 
 
 def _strategy_refs(data: dict[str, Any]) -> Iterable[tuple[tuple[Any, ...], Any]]:

@@ -371,6 +371,21 @@ PROVIDER_SCHEMA: dict[str, Any] = {
             "description": _expr("tool description", "description: function.description"),
             "parameters": _expr("tool schema", "parameters: function.parameters"),
             "pipeline": _PIPELINE,
+            "refuse": {"type": "list", "nullable": True, **_doc(
+                "rules over each entry of the request's tool list (at `tools.path`), tried "
+                "in order before reading: the first whose `when` holds refuses the request "
+                "(a 400 from a proxy) with its reason. Entries `each` does not read (server "
+                "tools, built-in tools, tool types with a schema defined by the provider) "
+                "must be refused here: nothing is dropped unseen",
+                "refuse: [{when: \"type != 'function'\", refuse: only function tools can "
+                "be relayed}]"),
+                "schema": {"type": "dict", "schema": {
+                    "when": _expr("the rule applies when this holds over the entry",
+                                  required=True),
+                    "refuse": _str("why the entry cannot be carried, and what to do instead",
+                                   "refuse: a server tool runs on the provider's side",
+                                   required=True),
+                }}},
         }),
     }),
     "tool_choice": _section("the tool_choice table: auto, none, required, named", {

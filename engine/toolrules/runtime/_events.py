@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from .._types import Message, ToolCall, ToolResult
+from .._errors import ParseError
+from .._types import ContentPart, Message, ToolCall, ToolResult
 
 if TYPE_CHECKING:
     from ._trace import Trace
@@ -20,6 +22,7 @@ __all__ = [
     "LoopOutcome",
     "call_dict",
     "message_dict",
+    "message_from_dict",
     "result_dict",
 ]
 
@@ -164,9 +167,15 @@ def result_dict(result: ToolResult) -> dict[str, Any]:
 
 
 def message_dict(m: Message) -> dict[str, Any]:
+    """A message as JSON. Content that is a tuple of `ContentPart`s becomes a list of part
+    dicts marked `content_parts: true` (a tool result's content may be any JSON list,
+    so the shape alone cannot tell): message_from_dict restores the parts."""
     out: dict[str, Any] = {"role": m.role}
     if m.content is not None:
         out["content"] = _jsonable(m.content)
+        if isinstance(m.content, (list, tuple)) and any(
+                isinstance(p, ContentPart) for p in m.content):
+            out["content_parts"] = True
     if m.tool_calls:
         out["tool_calls"] = [call_dict(c) for c in m.tool_calls]
     if m.tool_call_id is not None:
@@ -180,6 +189,35 @@ def message_dict(m: Message) -> dict[str, Any]:
     return out
 
 
+def message_from_dict(d: Mapping[str, Any]) -> Message:
+    """The message a `message_dict` (a trace's, a session's) was written from; content
+    parts come back as `ContentPart`s, so a replay sends the same images and documents."""
+    role = d.get("role")
+    if not isinstance(role, str):
+        raise ParseError(f"a recorded message has no role: {json.dumps(d, default=str)[:120]}")
+    calls = tuple(ToolCall(c.get("id"), c.get("name", ""), c.get("arguments") or {})
+                  for c in d.get("tool_calls") or ())
+    content = d.get("content")
+    if d.get("content_parts") and isinstance(content, list):
+        content = tuple(_part(p, f"a recorded {role} message's part {i}")
+                        for i, p in enumerate(content))
+    return Message(role=role, content=content, tool_calls=calls,
+                   tool_call_id=d.get("tool_call_id"), name=d.get("name"),
+                   reasoning_content=d.get("reasoning_content"),
+                   is_error=bool(d.get("is_error")))
+
+
+def _part(value: Any, where: str) -> ContentPart:
+    try:
+        return ContentPart.from_dict(value)
+    except ValueError as exc:
+        raise ParseError(f"{where}: {exc}: {json.dumps(value, default=str)[:120]}") from None
+
+
+def _json_default(value: Any) -> Any:
+    return value.to_dict() if isinstance(value, ContentPart) else str(value)
+
+
 def _jsonable(value: Any) -> Any:
     if value is None or isinstance(value, (str, int, float, bool)):
         return value
@@ -187,4 +225,4 @@ def _jsonable(value: Any) -> Any:
         json.dumps(value, ensure_ascii=False)
         return value
     except (TypeError, ValueError):
-        return json.loads(json.dumps(value, ensure_ascii=False, default=str))
+        return json.loads(json.dumps(value, ensure_ascii=False, default=_json_default))

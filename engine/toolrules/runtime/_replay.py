@@ -14,7 +14,7 @@ from typing import Any
 from .._types import Message, ParsedResponse, ToolCall
 from ..clients._scripted import ScriptedModel
 from ..rules._default import resolve_engine
-from ._events import LoopOutcome
+from ._events import LoopOutcome, message_from_dict
 from ._loop import ToolLoop
 from ._trace import Trace, plain
 
@@ -148,9 +148,5 @@ async def replay(trace: Trace | str | Path, executor: Any, *, engine: Any = None
 
 
 def _message(d: Mapping[str, Any]) -> Message:
-    calls = tuple(ToolCall(c.get("id"), c.get("name", ""), c.get("arguments") or {})
-                  for c in d.get("tool_calls") or ())
-    return Message(role=d["role"], content=d.get("content"), tool_calls=calls,
-                   tool_call_id=d.get("tool_call_id"), name=d.get("name"),
-                   reasoning_content=d.get("reasoning_content"),
-                   is_error=bool(d.get("is_error")))
+    # images and documents come back as ContentParts: the replay sends what was sent
+    return message_from_dict(d)

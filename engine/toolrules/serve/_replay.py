@@ -11,7 +11,8 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass, replace
 from typing import Any
 
-from .._types import Message, ParsedResponse, StreamChunk, Tool, ToolCall
+from .._types import ParsedResponse, StreamChunk, Tool
+from ..runtime._events import message_from_dict
 from ..runtime._trace import Trace, plain
 from ._config import Route, RouteTools, Upstream, route_engine
 from ._exchange import Exchange
@@ -86,18 +87,6 @@ class RecordedUpstream:
         self.last_response = reader.result
 
 
-def _call(d: dict[str, Any]) -> ToolCall:
-    return ToolCall(d.get("id"), d.get("name", ""), d.get("arguments") or {})
-
-
-def _message(d: dict[str, Any]) -> Message:
-    return Message(role=d["role"], content=d.get("content"),
-                   tool_calls=tuple(_call(c) for c in d.get("tool_calls") or ()),
-                   tool_call_id=d.get("tool_call_id"), name=d.get("name"),
-                   reasoning_content=d.get("reasoning_content"),
-                   is_error=bool(d.get("is_error")))
-
-
 def _key(calls: list[Any]) -> list[tuple[str, str]]:
     return [(c["name"] if isinstance(c, dict) else c.name,
              json.dumps(c["arguments"] if isinstance(c, dict) else c.arguments, sort_keys=True))
@@ -120,7 +109,8 @@ async def replay_serve_trace(trace: Trace, engine: Any) -> ServeReplay:
     tools = [Tool(name=t["function"]["name"], description=t["function"].get("description") or "",
                   parameters=t["function"].get("parameters") or {})
              for t in start.get("tools") or ()]
-    messages = [_message(m) for m in start.get("messages") or ()]
+    # images and documents come back as ContentParts: the replay reads what was sent
+    messages = [message_from_dict(m) for m in start.get("messages") or ()]
     ex = Exchange(route=route, client=client, messages=messages, tools=tools,
                   choice=start.get("tool_choice"), options={},
                   held_call=start.get("held_call") or "")

@@ -405,3 +405,41 @@ def test_report_html_renders_charts_in_headless_chromium(offline_runs, tmp_path)
     subprocess.run([browser, *flags, f"--screenshot={shot}", "--window-size=1200,1600",
                     page.as_uri()], capture_output=True, timeout=120)
     assert shot.is_file() and shot.stat().st_size > 10_000
+
+
+# ---------------------------------------------------------------- a live model over HTTP
+
+def test_cli_eval_runs_a_live_openai_compatible_server(tmp_path):
+    """`--models openai-compatible:MODEL --base-url URL`: the same loop against a server
+    on 127.0.0.1 that answers as a model would (a tool call, then an answer from the
+    result); the scores come from what it answered."""
+    from toolrules.cli import main
+    from wire_server import WireServer, json_reply
+
+    def model(seen):
+        body = seen.json()
+        last = body["messages"][-1]
+        if last["role"] == "tool":
+            message = {"role": "assistant", "content": "It is sunny in Paris, 18 C."}
+        elif "7 times 6" in str(last.get("content")):
+            message = {"role": "assistant", "content": "42"}
+        else:
+            assert [t["function"]["name"] for t in body["tools"]] == ["get_weather"]
+            message = {"role": "assistant", "content": None, "tool_calls": [
+                {"id": "call_1", "type": "function",
+                 "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'}}]}
+        return json_reply({"id": "x", "object": "chat.completion", "model": body["model"],
+                           "choices": [{"index": 0, "message": message,
+                                        "finish_reason": "stop"}]})
+
+    with WireServer(model) as srv:
+        result = CliRunner().invoke(main, [
+            "eval", "--models", "openai-compatible:qwen3:8b", "--base-url", srv.url + "/v1",
+            "--scenarios", "weather_lookup,chat_only", "--strategies", "raw,retry",
+            "--report", str(tmp_path), "-q"])
+    assert result.exit_code == 0, result.output
+    data = json.loads((tmp_path / "report.json").read_text())
+    assert len(data["runs"]) == 4 and all(r["success"] for r in data["runs"]), data["runs"]
+    assert {r["model"] for r in data["runs"]} == {"qwen3:8b"}
+    assert all(s.path == "/v1/chat/completions" for s in srv.requests)
+    assert len(srv.requests) == 2 * (2 + 1)     # per strategy: call + answer, and chat_only

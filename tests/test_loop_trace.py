@@ -416,3 +416,17 @@ def test_the_readme_loop_example_runs():
     namespace: dict = {}
     exec(compile(code, "README.md", "exec"), namespace)  # our own README, not input
     assert namespace["outcome"].rounds == 3 and namespace["outcome"].tool_calls == 2
+
+
+def test_result_summaries_say_what_came_back():
+    from toolrules import ToolResult
+    from toolrules.cli._loop import summarize_result
+
+    assert summarize_result(ToolResult("c", "read_file", output="a\nb\nc"), "read") == \
+        "✓ Read 3 lines"
+    weather = ToolResult("c", "get_weather", output={"city": "Paris", "temp_c": 18})
+    assert summarize_result(weather, "read") == '✓ {"city": "Paris", "temp_c": 18}'
+    big = ToolResult("c", "state_get", output={"draft": "x" * 300})
+    line = summarize_result(big, "read")
+    assert line.startswith('✓ {"draft": "xxx') and line.endswith("…") and len(line) == 102
+    assert summarize_result(ToolResult("c", "w", output="ok"), "write") == "✓ ok"

@@ -80,8 +80,10 @@ def summarize_result(result: Any, kind: str | None = None) -> str:
             f" ({' '.join(out['argv'])})" if out.get("argv") else "")
     text = out if isinstance(out, str) else json.dumps(out, ensure_ascii=False, default=str)
     lines = text.splitlines()
-    if kind == "read":  # what was read is data, not a message: count it
+    if kind == "read" and isinstance(out, str):  # text read is data, not a message: count it
         return f"✓ Read {len(lines)} line{'' if len(lines) == 1 else 's'}"
+    if isinstance(out, (dict, list)):  # a structured result: its start, on one line
+        return "✓ " + (text if len(text) <= 100 else text[:99] + "…")
     if len(lines) == 1 and len(text) <= 100:
         return f"✓ {text.strip()}"
     return f"✓ {len(lines)} lines, {len(text.encode())} bytes"

@@ -18,13 +18,13 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from .._errors import CapabilityError
+from .._errors import CapabilityError, UnsupportedContentError
 from .._types import ParsedResponse, ToolCall
 from ._messages import derived_id
 from ._rules import Expr, Provider
 
-__all__ = ["BlockEvents", "EventGrammar", "Front", "StreamWriter", "compile_front",
-           "wire_call_id"]
+__all__ = ["BlockEvents", "EventGrammar", "FieldCase", "Front", "StreamWriter", "compile_fields",
+           "compile_front", "wire_call_id"]
 
 _KINDS = ("text", "reasoning", "tool")
 
@@ -62,6 +62,44 @@ class EventGrammar:
     """The finish events use the whole body (`response`): build it only then."""
 
 
+@dataclass(frozen=True, slots=True)
+class FieldCase:
+    """One way a top-level request field is accounted for: `read` (the proxy reads and
+    carries it), `ignore` (no effect on the answer; `reason` says why) or `refuse`
+    (`reason`: why it cannot be carried and what to do) - when `when` holds, or always."""
+
+    action: str
+    reason: str | None = None
+    when: Expr | None = None
+
+
+_ACTIONS = ("read", "ignore", "refuse")
+
+
+def _field_case(value: Any, where: str) -> FieldCase | None:
+    if value == "read":
+        return FieldCase("read")
+    if not isinstance(value, dict):
+        return None
+    when = _opt(value.get("when"), f"{where}.when")
+    for action in _ACTIONS[1:]:
+        if isinstance(value.get(action), str):
+            return FieldCase(action, str(value[action]).strip(), when)
+    return FieldCase("read", None, when) if value.get("read") is True else None
+
+
+def compile_fields(table: Any, where: str) -> dict[str, tuple[FieldCase, ...]] | None:
+    """`serve.fields`: field -> its cases in order (a single case or a list of them)."""
+    if not isinstance(table, dict):
+        return None
+    out: dict[str, tuple[FieldCase, ...]] = {}
+    for name, value in table.items():
+        items = value if isinstance(value, list) else [value]
+        cases = (_field_case(v, f"{where}.{name}[{i}]") for i, v in enumerate(items))
+        out[str(name)] = tuple(c for c in cases if c is not None)
+    return out
+
+
 @dataclass(frozen=True)
 class Front:
     """One client API: how its requests are read and its answers and errors written."""
@@ -83,6 +121,9 @@ class Front:
     error_codes: dict[str, str]
     events: EventGrammar | None
     prov: Provider
+    fields: dict[str, tuple[FieldCase, ...]] | None = None
+    """`serve.fields`: how every top-level field of a request is accounted for (None: the
+    rule has no table, and nothing is checked)."""
 
     # ------------------------------------------------------------ requests
 
@@ -97,6 +138,42 @@ class Front:
             if value is not None:
                 out[name] = value
         return out
+
+    def account(self, body: Mapping[str, Any]) -> dict[str, str]:
+        """Every top-level field of the client's request accounted for by the rule: read,
+        ignored (returned: field -> the stated reason) or refused - an
+        UnsupportedContentError naming the field, why and what to do. A field no rule
+        mentions is refused too: a proxy that cannot say what a field does must not drop
+        it. A null value asks for nothing and passes."""
+        if self.fields is None:
+            return {}
+        ignored: dict[str, str] = {}
+        for name, value in body.items():
+            if value is None:
+                continue
+            cases = self.fields.get(name)
+            if cases is None:
+                raise UnsupportedContentError(
+                    f"request field `{name}` is not supported: no rule of the "
+                    f"{self.provider} front says how to carry it. Leave it out, or call the "
+                    "provider directly", part_type="field", where=name)
+            for case in cases:
+                if case.when is not None and not _truthy(case.when(body)):
+                    continue
+                if case.action == "ignore":
+                    ignored[name] = case.reason or "no effect on the answer"
+                elif case.action == "refuse":
+                    raise UnsupportedContentError(f"request field `{name}`: {case.reason}",
+                                                  part_type="field", where=name)
+                break
+            else:
+                shown = json.dumps(value, ensure_ascii=False, default=str)
+                shown = shown if len(shown) <= 80 else shown[:77] + "..."
+                raise UnsupportedContentError(
+                    f"request field `{name}` with the value {shown} is not supported by the "
+                    f"{self.provider} front. Leave it out, or call the provider directly",
+                    part_type="field", where=name)
+        return ignored
 
     def read_parallel(self, body: Mapping[str, Any]) -> bool | None:
         if self.parallel is None:
@@ -349,4 +426,9 @@ def compile_front(prov: Provider) -> Front:
         models_body=_opt(models.get("body"), f"{w}.models.body"),
         error_body=_opt(err.get("body"), f"{w}.error.body"),
         error_types=_status_table(err.get("types")), error_codes=_status_table(err.get("codes")),
-        events=grammar, prov=prov)
+        events=grammar, prov=prov, fields=compile_fields(d.get("fields"), f"{w}.fields"))
+
+
+def _truthy(value: Any) -> bool:
+    """JMESPath truth: false, null, empty strings, lists and objects are false."""
+    return not (value is None or value is False or value in ("", [], {}))

@@ -738,6 +738,7 @@ def check_rules(rs: RuleSet, rep: Any, failed: set[tuple[str, str]]) -> None:
             rep.error(rf, ("system",), "system placement `message` needs `messages.system`",
                       "provider-incomplete")
         _check_media(rep, rf, rid, merged)
+        _check_fields(rep, rf, rid, data, merged)
     strategies = rs.get("table", "schema_strategies")
     names: set[str] = set()
     if strategies is not None and ("table", "schema_strategies") not in failed \
@@ -786,6 +787,144 @@ def _check_media(rep: Any, rf: Any, rid: str, merged: dict[str, Any]) -> None:
         rep.error(rf, ("tools", "read"), f"provider {rid!r} is served to clients (`serve:`) "
                   "but `tools.read` has no `refuse` rules: tool entries `each` does not read "
                   "(server or built-in tools) would be dropped unseen", "provider-tools")
+
+
+def _root_fields(node: Any) -> set[str]:
+    """The top-level body fields a JMESPath expression (parsed) reads."""
+    if not isinstance(node, dict):
+        return set()
+    kind = node.get("type")
+    kids = node.get("children") or []
+    if kind == "field":
+        return {str(node.get("value"))}
+    if kind in ("subexpression", "index_expression", "projection", "filter_projection",
+                "value_projection", "flatten", "pipe"):
+        return _root_fields(kids[0]) if kids else set()
+    out: set[str] = set()
+    for kid in kids:
+        out |= _root_fields(kid)
+    return out
+
+
+def _request_fields(node: Any) -> set[str]:
+    """Fields a stream event expression reads from the client's body (`request.X`)."""
+    if not isinstance(node, dict):
+        return set()
+    kids = node.get("children") or []
+    out: set[str] = set()
+    if (node.get("type") == "subexpression" and len(kids) >= 2
+            and kids[0].get("type") == "field" and kids[0].get("value") == "request"
+            and kids[1].get("type") == "field"):
+        out.add(str(kids[1].get("value")))
+    for kid in kids:
+        out |= _request_fields(kid)
+    return out
+
+
+def _parsed(src: Any) -> Any:
+    import jmespath
+    from jmespath.exceptions import JMESPathError
+
+    if not isinstance(src, str) or not src:
+        return None
+    try:
+        return jmespath.compile(src).parsed
+    except JMESPathError:
+        return None  # the schema check reports a broken expression
+
+
+def _front_reads(merged: dict[str, Any]) -> set[str] | None:
+    """Every top-level field of a client's request that the rule's readers take in:
+    model, messages, system, tools, tool choice, parallel calls, stream, options and
+    what the stream grammar reads from the request. None when a reader does not compile
+    (reported on its own; what it reads is unknown)."""
+    reads: set[str] = set()
+    broken = False
+    for section, key in (("request", "model"), ("messages", "path"), ("tools", "path"),
+                         ("tool_choice", "path"), ("parallel_calls", "path")):
+        path = (merged.get(section) or {}).get(key)
+        if isinstance(path, str) and path:
+            reads.add(path.split(".")[0])
+    system = merged.get("system") or {}
+    serve = merged.get("serve") or {}
+    exprs = [serve.get("stream"), serve.get("parallel"), *(serve.get("options") or {}).values()]
+    if system.get("placement") == "field":
+        exprs.append(system.get("read") or system.get("path"))
+    for src in exprs:
+        tree = _parsed(src)
+        broken |= tree is None and isinstance(src, str) and bool(src)
+        reads |= _root_fields(tree)
+
+    def events(value: Any) -> Iterable[Any]:
+        if isinstance(value, str):
+            yield value
+        elif isinstance(value, list):
+            for v in value:
+                yield from events(v)
+        elif isinstance(value, dict):
+            for v in value.values():
+                yield from events(v)
+
+    for src in events(serve.get("events")):
+        tree = _parsed(src)
+        broken |= tree is None
+        reads |= _request_fields(tree)
+    return None if broken else reads
+
+
+def _field_cases(value: Any) -> list[Any]:
+    return value if isinstance(value, list) else [value]
+
+
+def _check_fields(rep: Any, rf: Any, rid: str, data: dict[str, Any],
+                  merged: dict[str, Any]) -> None:
+    """A served API accounts for every top-level field of a request (`serve.fields`):
+    each case reads, ignores with a reason or refuses with one; every field the rule's
+    readers take in is `read`, and nothing is listed as `read` that no reader takes."""
+    own = (data.get("serve") or {}).get("fields") if isinstance(data.get("serve"), dict) else None
+    for name, value in (own.items() if isinstance(own, dict) else ()):
+        for i, case in enumerate(_field_cases(value)):
+            where = ("serve", "fields", name, i) if isinstance(value, list) else \
+                ("serve", "fields", name)
+            if case == "read":
+                continue
+            if not isinstance(case, dict):
+                rep.error(rf, where, f"field {name!r}: a case is `read` or a mapping "
+                          "{when?, ignore | refuse}", "provider-fields")
+                continue
+            actions = [k for k in ("ignore", "refuse") if isinstance(case.get(k), str)
+                       and case[k].strip()]
+            extra = sorted(set(case) - {"when", "ignore", "refuse"})
+            if len(actions) != 1 or extra:
+                rep.error(rf, where, f"field {name!r}: a case has exactly one of `ignore` "
+                          "or `refuse` (a reason), and optionally `when`"
+                          + (f"; unknown keys {extra}" if extra else ""), "provider-fields")
+            when = case.get("when")
+            if when is not None and _parsed(when) is None:
+                rep.error(rf, where + ("when",), f"field {name!r}: `when` is not a valid "
+                          f"JMESPath expression: {when!r}", "provider-fields")
+    serve = merged.get("serve") or {}
+    if not serve.get("path"):
+        return
+    fields = serve.get("fields")
+    if not isinstance(fields, dict):
+        rep.error(rf, ("serve",), f"provider {rid!r} is served to clients (`serve:`) but has "
+                  "no `serve.fields`: top-level request fields no rule reads would be "
+                  "dropped unseen", "provider-fields")
+        return
+    marked = {k for k, v in fields.items() if "read" in _field_cases(v)}
+    reads = _front_reads(merged)
+    if reads is None:
+        return
+    for name in sorted(reads - marked):
+        rep.error(rf, ("serve", "fields"), f"provider {rid!r}: the request field {name!r} is "
+                  "read (model, messages, system, tools, serve.options ...) but "
+                  "`serve.fields` does not list it as `read`", "provider-fields")
+    for name in sorted(marked - reads):
+        rep.error(rf, ("serve", "fields", name), f"provider {rid!r}: the request field "
+                  f"{name!r} is listed as `read`, but no rule reads it (add it to "
+                  "`serve.options`, or ignore or refuse it with a reason): it would be "
+                  "dropped unseen", "provider-fields")
 
 
 def _strategy_refs(data: dict[str, Any]) -> Iterable[tuple[tuple[Any, ...], Any]]:

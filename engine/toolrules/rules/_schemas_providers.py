@@ -267,6 +267,19 @@ _SERVE = _section("how a proxy serves this API to its clients (toolrules serve):
                       "options: {max_tokens: \"max_completion_tokens || max_tokens\"}"),
     "parallel": _expr("over the client's body: parallel tool calls allowed (true/false/null)",
                       "parallel: parallel_tool_calls"),
+    "fields": {"type": "dict", "nullable": True, "keysrules": {"type": "string"},
+               # a value is `read`, one case or a list of cases: checked (with plain
+               # messages) by lint's provider-fields check
+               "valuesrules": {"type": ["string", "dict", "list"]},
+               **_doc("every top-level field of a client's request -> how it is accounted "
+                      "for: `read` (the proxy reads it: messages, tools, options it carries "
+                      "to the upstream), {ignore: reason} (no effect on the answer) or "
+                      "{refuse: reason} (a 400 naming the field, why and what to do), each "
+                      "optionally `when` an expression over the body holds; a list is tried "
+                      "in order. A field not listed - or listed with no case that holds - "
+                      "is refused: nothing is dropped unseen. Null values pass",
+                      "fields: {model: read, metadata: {ignore: labels only}, n: [{when: "
+                      "\"n == `1`\", ignore: one answer}, {refuse: one answer only}]}")},
     "count_tokens": _section("a token-count endpoint (an estimate)", {
         "path": _str("its path", "path: /v1/messages/count_tokens"),
         "body": _expr("the answer; view: {tokens}", "body: \"{input_tokens: tokens}\""),

@@ -31,7 +31,7 @@ from .._types import ParsedResponse
 from ..calls._tool_errors import ToolErrorCode
 from ..clients._errors import ProviderError
 from ._config import Route, ServeConfig
-from ._exchange import Exchange, estimate_tokens, options_for, safe_error
+from ._exchange import Exchange, estimate_tokens, options_for, safe_error, unwritable_options
 
 __all__ = ["ServeApp", "create_app"]
 
@@ -197,6 +197,9 @@ class ServeApp:
                 raise _Reject(404, f"model {requested!r} is not served here (GET /v1/models "
                               "lists the names)")
             info["route"] = route.index
+            # every top-level field is read, ignored for a stated reason or refused
+            # (UnsupportedContentError: a 400 naming it) before anything goes upstream
+            ignored = front.account(body)
             try:
                 msgs, tools, choice = self.engine.parse_request(body, front.provider)
             except UnsupportedContentError:
@@ -206,9 +209,12 @@ class ServeApp:
             client = self.upstreams.client(route, requested)
             info["upstream"] = client.provider
             trace = self._trace(rid)
+            upstream_options = self.engine.provider_rules(client.provider).options
+            ignored.update(unwritable_options(front, upstream_options, body, client.provider))
+            if ignored:
+                info["ignored"] = ignored
             ex = Exchange(route=route, client=client, messages=msgs, tools=tools, choice=choice,
-                          options=options_for(front, self.engine.provider_rules(
-                              client.provider).options, body),
+                          options=options_for(front, upstream_options, body),
                           held_call=self.config.held_call, trace=trace)
             info["mode"] = "native" if ex.native else "emulated"
             if trace is not None:
@@ -220,7 +226,8 @@ class ServeApp:
                            "route": {"index": route.index, "tools": asdict(route.tools)},
                            "tools": tools, "tool_choice": choice,
                            "held_call": self.config.held_call, "settings": {"stream": stream},
-                           "messages": msgs, "time": time.time()})
+                           "messages": msgs, "time": time.time(),
+                           **({"ignored": ignored} if ignored else {})})
             if stream:
                 return await self._stream(front, ex, body, requested, info, started, trace)
             try:

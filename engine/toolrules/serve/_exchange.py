@@ -28,7 +28,7 @@ from typing import Any
 from .._errors import CapabilityError, ToolrulesError
 from .._types import Message, ParsedResponse, StreamChunkType, Tool, ToolCall
 
-__all__ = ["Exchange", "Outcome"]
+__all__ = ["Exchange", "Outcome", "unwritable_options"]
 
 _T = StreamChunkType
 
@@ -279,13 +279,22 @@ def estimate_tokens(value: Any, chars_per_token: float) -> int:
 
 def options_for(front: Any, upstream_options: Mapping[str, Any], body: Mapping[str, Any]
                 ) -> dict[str, Any]:
-    """The client's options the upstream's rule can write (others are dropped: a proxy
-    cannot send an option the upstream API has no field for)."""
+    """The client's options the upstream's rule can write (a proxy cannot send an option
+    the upstream API has no field for: `unwritable_options` names those for the access
+    log and the trace)."""
     out = {k: v for k, v in front.read_options(body).items() if k in upstream_options}
     parallel = front.read_parallel(body)
     if parallel is not None:
         out["parallel_tool_calls"] = parallel
     return out
+
+
+def unwritable_options(front: Any, upstream_options: Mapping[str, Any],
+                       body: Mapping[str, Any], upstream: str) -> dict[str, str]:
+    """The client's options the upstream's rule has no field for: field -> why it is
+    ignored (for the access log and the trace - not dropped unseen)."""
+    return {name: f"the upstream API ({upstream}) has no field for `{name}`"
+            for name in front.read_options(body) if name not in upstream_options}
 
 
 def safe_error(exc: ToolrulesError) -> str:

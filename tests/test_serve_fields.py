@@ -218,8 +218,6 @@ def test_stream_options_are_read_by_the_stream(upstream, to_openai):
     ({"mcp_servers": [{"type": "url", "url": "https://example.com/mcp", "name": "docs"}]},
      "mcp_servers", "MCP connector"),
     ({"container": "container_011"}, "container", "state kept on Anthropic's side"),
-    ({"context_management": {"edits": [{"type": "clear_tool_uses_20250919"}]}},
-     "context_management", "trim the conversation yourself"),
     ({"output_format": {"type": "json_schema", "schema": {"type": "object"}}},
      "output_format", "structured output format"),
     ({"speculative": True}, "speculative", "is not supported"),
@@ -267,7 +265,7 @@ def test_anthropic_options_an_openai_upstream_has_no_field_for_are_logged(upstre
      "Send the whole conversation in `input`"),
     ({"conversation": "conv_123"}, "conversation", "Send the whole conversation"),
     ({"background": True}, "background", "polled for later"),
-    ({"include": ["reasoning.encrypted_content"]}, "include", "encrypted reasoning"),
+    ({"include": ["message.output_text.logprobs"]}, "include", "log probabilities"),
     ({"store": True}, "store", "Send `store: false`"),
     ({"prompt": {"id": "pmpt_1"}}, "prompt", "stored prompt template"),
     ({"text": {"format": {"type": "json_schema", "name": "x",
@@ -294,6 +292,27 @@ def test_responses_hints_are_ignored(upstream, to_openai, access):
     ignored = access()[-1]["ignored"]
     assert {"store", "metadata", "background", "include", "max_tool_calls", "truncation",
             "text", "service_tier"} <= set(ignored)
+
+
+def test_coding_agent_defaults_go_through_with_their_reasons(upstream, to_openai,
+                                                            to_anthropic, access, engine):
+    """What coding agents send by default is not refused: Codex's encrypted-reasoning
+    include and verbosity, Claude Code's context management."""
+    upstream.replies.append(chat_reply("fine"))
+    r = oa(to_openai).responses.create(
+        model="gpt-4o", input="hi", store=False, include=["reasoning.encrypted_content"],
+        text={"verbosity": "low"})
+    assert r.output_text == "fine"
+    ignored = access()[-1]["ignored"]
+    assert "encrypted reasoning" in ignored["include"] and "length hint" in ignored["text"]
+    upstream.replies.append(json_reply(engine.build_response(
+        ParsedResponse(content="fine", finish_reason="stop"), "anthropic", "up")))
+    an(to_anthropic).messages.create(
+        model="claude-sonnet-4-5", max_tokens=20, messages=HI,
+        extra_body={"context_management": {"edits": [{"type": "clear_tool_uses_20250919"}]}})
+    sent = upstream.requests[-1].json()
+    assert "context_management" not in sent
+    assert "nothing cleared" in access()[-1]["ignored"]["context_management"]
 
 
 def test_responses_reasoning_and_user_are_carried(upstream, to_responses, engine):

@@ -134,8 +134,13 @@ def _int(value: Any) -> int | None:
 class GbnfBuilder:
     """Named GBNF rules, built from JSON schemas and literal pieces."""
 
-    def __init__(self) -> None:
+    def __init__(self, string_excludes: str = "") -> None:
+        """`string_excludes`: characters JSON strings must write as \\u escapes (JSON
+        written between a format's tags, whose tags begin with such a character)."""
+        self.string_excludes = "".join(sorted(set(string_excludes) - set('"\\')))
         self.rules: dict[str, str] = {}
+        self.memo: dict[Any, str] = {}
+        """Rules a caller builds once per grammar, by its own key."""
         self._by_body: dict[str, str] = {}
         self._refs: dict[tuple[int, str], str] = {}
         self._roots: list[Any] = []
@@ -169,7 +174,11 @@ class GbnfBuilder:
     def prim(self, name: str) -> str:
         """A shared primitive rule (json-string, json-int ...), added once."""
         if name not in self.rules:
-            self.rules[name] = _PRIMITIVES[name]
+            body = _PRIMITIVES[name]
+            if name == "json-char" and self.string_excludes:
+                body = body.replace("\\x1F]", "\\x1F" + char_class(self.string_excludes)[1:],
+                                    1)
+            self.rules[name] = body
             for dep in _PRIMITIVE_DEPS.get(name, ()):
                 self.prim(dep)
         return name
@@ -182,10 +191,10 @@ class GbnfBuilder:
 
     # ------------------------------------------------------------ schemas
 
-    def schema_rule(self, schema: Any, hint: str) -> str:
-        """The name of a rule admitting the JSON values valid under `schema` (a tool's
-        parameters are the root for its `$ref`s)."""
-        self._roots.append(schema)
+    def schema_rule(self, schema: Any, hint: str, root: Any = None) -> str:
+        """The name of a rule admitting the JSON values valid under `schema` (`root`, by
+        default `schema` itself - a tool's parameters - is where its `$ref`s point)."""
+        self._roots.append(schema if root is None else root)
         try:
             return self.add(hint, self._visit(schema, hint, 0))
         finally:

@@ -2,7 +2,8 @@
 golden/constrained/*.cases.yaml.
 
     grammars.cases.yaml   every emulation style (generic and trained) -> the shape of its
-                          call (literal pieces, name and arguments slots), the trigger and
+                          call (literal pieces, name and arguments slots; for tagged
+                          formats the per-parameter pieces), the trigger and
                           text markers, whether a JSON schema can stand for it - or why no
                           constraint follows it; full GBNF and JSON schema for the styles
                           the cases name
@@ -77,6 +78,11 @@ def _grammars(engine: Any, cases: dict[str, Any]) -> tuple[dict[str, Any], list[
             "dialect": entry.dialect,
             "pieces": [[k, v] for k, v in shape.pieces],
         }
+        ps = shape.params
+        if ps is not None:
+            row["parameters"] = {"head": ps.head, "between": dict(ps.between), "sep": ps.sep,
+                                 "tail": ps.tail, "empty": ps.empty,
+                                 "closers": list(ps.closers)}
         row["trigger"] = engine.call_grammar(tools, style=entry.name,
                                              tool_choice="required").trigger
         try:

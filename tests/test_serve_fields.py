@@ -309,10 +309,21 @@ def test_coding_agent_defaults_go_through_with_their_reasons(upstream, to_openai
         ParsedResponse(content="fine", finish_reason="stop"), "anthropic", "up")))
     an(to_anthropic).messages.create(
         model="claude-sonnet-4-5", max_tokens=20, messages=HI,
-        extra_body={"context_management": {"edits": [{"type": "clear_tool_uses_20250919"}]}})
+        extra_body={"context_management": {"edits": [{"type": "clear_thinking_20251015",
+                                                       "keep": "all"}]},
+                    "output_config": {"effort": "medium"}})
     sent = upstream.requests[-1].json()
-    assert "context_management" not in sent
-    assert "nothing cleared" in access()[-1]["ignored"]["context_management"]
+    assert "context_management" not in sent and "output_config" not in sent
+    ignored = access()[-1]["ignored"]
+    assert "nothing cleared" in ignored["context_management"]
+    assert "effort level" in ignored["output_config"]
+    # a structured format in output_config is still refused
+    with pytest.raises(anthropic.BadRequestError) as e:
+        an(to_anthropic).messages.create(
+            model="claude-sonnet-4-5", max_tokens=20, messages=HI,
+            extra_body={"output_config": {"format": {"type": "json_schema",
+                                                     "schema": {"type": "object"}}}})
+    assert "request field `output_config`" in anthropic_error(e)
 
 
 def test_responses_reasoning_and_user_are_carried(upstream, to_responses, engine):

@@ -55,3 +55,62 @@ class ProxyServer:
     def __exit__(self, *exc: Any) -> None:
         self.server.should_exit = True
         self._thread.join(timeout=10)
+
+
+# ---------------------------------------------------------------- shared by the SDK tests
+
+def chat_reply(text: str = "ok") -> Any:
+    """A whole chat-completions answer from the scripted upstream."""
+    from wire_server import json_reply
+
+    return json_reply({"id": "chatcmpl-up", "object": "chat.completion", "created": 1,
+                       "model": "up", "choices": [{"index": 0, "finish_reason": "stop",
+                                                   "message": {"role": "assistant",
+                                                               "content": text}}]})
+
+
+def an(proxy: ProxyServer) -> Any:
+    """The official Anthropic SDK pointed at the proxy (no retries: a refusal shows)."""
+    import anthropic
+
+    return anthropic.Anthropic(base_url=proxy.url, api_key="k", max_retries=0, timeout=20)
+
+
+def oa(proxy: ProxyServer) -> Any:
+    """The official OpenAI SDK pointed at the proxy."""
+    import openai
+
+    return openai.OpenAI(base_url=proxy.url + "/v1", api_key="k", max_retries=0, timeout=20)
+
+
+def route_to(provider: str, model: str, base_url: str) -> str:
+    """A proxy configuration with one route: `model` to `provider` at `base_url`, its key
+    from TOOLRULES_TEST_UPSTREAM_KEY (the test sets it)."""
+    return f"""
+routes:
+  - model: {model}
+    upstream: {{provider: {provider}, model: {model}, base_url: {base_url},
+                api_key_env: TOOLRULES_TEST_UPSTREAM_KEY}}
+"""
+
+
+def refusal(e: Any) -> dict[str, Any]:
+    """The error object of a 400 refusal (either SDK's exception), checked for its type."""
+    assert e.value.status_code == 400
+    body = e.value.body
+    err = body.get("error", body) if isinstance(body, dict) else body
+    assert err["type"] == "invalid_request_error"
+    return dict(err)
+
+
+def openai_compatible_proxy(upstream: Any, **kw: Any) -> ProxyServer:
+    """The proxy in front of the scripted upstream as an OpenAI-compatible server (client
+    model names pass through)."""
+    return ProxyServer(upstream="openai-compatible", base_url=upstream.url + "/v1", **kw)
+
+
+def anthropic_proxy(upstream: Any, tmp: Path, monkeypatch: Any, **kw: Any) -> ProxyServer:
+    """The proxy routing claude-sonnet-4-5 to the scripted upstream as Anthropic."""
+    monkeypatch.setenv("TOOLRULES_TEST_UPSTREAM_KEY", "sk-test")
+    return ProxyServer(config=route_to("anthropic", "claude-sonnet-4-5", upstream.url),
+                       tmp=tmp, **kw)

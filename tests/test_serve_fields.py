@@ -22,18 +22,11 @@ import anthropic  # noqa: E402
 import openai  # noqa: E402
 
 import toolrules  # noqa: E402
-from serve_helpers import ProxyServer  # noqa: E402
+from serve_helpers import ProxyServer, an, anthropic_proxy, chat_reply, oa, refusal, route_to  # noqa: E402
 from toolrules import ParsedResponse, UnsupportedContentError  # noqa: E402
 from wire_server import WireServer, json_reply  # noqa: E402
 
 HI = [{"role": "user", "content": "hi"}]
-
-
-def chat_reply(text: str = "ok") -> Any:
-    return json_reply({"id": "chatcmpl-up", "object": "chat.completion", "created": 1,
-                       "model": "up", "choices": [{"index": 0, "finish_reason": "stop",
-                                                   "message": {"role": "assistant",
-                                                               "content": text}}]})
 
 
 @pytest.fixture(scope="module")
@@ -62,26 +55,14 @@ def to_openai(upstream, traces, engine):
 
 @pytest.fixture
 def to_anthropic(upstream, tmp_path, monkeypatch, engine):
-    monkeypatch.setenv("TOOLRULES_TEST_UPSTREAM_KEY", "sk-test")
-    cfg = f"""
-routes:
-  - model: claude-sonnet-4-5
-    upstream: {{provider: anthropic, model: claude-sonnet-4-5, base_url: {upstream.url},
-                api_key_env: TOOLRULES_TEST_UPSTREAM_KEY}}
-"""
-    with ProxyServer(config=cfg, tmp=tmp_path, engine=engine) as proxy:
+    with anthropic_proxy(upstream, tmp_path, monkeypatch, engine=engine) as proxy:
         yield proxy
 
 
 @pytest.fixture
 def to_responses(upstream, tmp_path, monkeypatch, engine):
     monkeypatch.setenv("TOOLRULES_TEST_UPSTREAM_KEY", "sk-test")
-    cfg = f"""
-routes:
-  - model: gpt-5
-    upstream: {{provider: openai-responses, model: gpt-5, base_url: {upstream.url}/v1,
-                api_key_env: TOOLRULES_TEST_UPSTREAM_KEY}}
-"""
+    cfg = route_to("openai-responses", "gpt-5", upstream.url + "/v1")
     with ProxyServer(config=cfg, tmp=tmp_path, engine=engine) as proxy:
         yield proxy
 
@@ -102,26 +83,12 @@ def access(caplog):
     return records
 
 
-def an(proxy: ProxyServer) -> anthropic.Anthropic:
-    return anthropic.Anthropic(base_url=proxy.url, api_key="k", max_retries=0, timeout=20)
-
-
-def oa(proxy: ProxyServer) -> openai.OpenAI:
-    return openai.OpenAI(base_url=proxy.url + "/v1", api_key="k", max_retries=0, timeout=20)
-
-
 def openai_error(e: Any) -> str:
-    assert e.value.status_code == 400
-    err = e.value.body.get("error", e.value.body)
-    assert err["type"] == "invalid_request_error"
-    return str(err["message"])
+    return str(refusal(e)["message"])
 
 
 def anthropic_error(e: Any) -> str:
-    assert e.value.status_code == 400
-    err = e.value.body["error"]
-    assert err["type"] == "invalid_request_error"
-    return str(err["message"])
+    return str(refusal(e)["message"])
 
 
 # ---------------------------------------------------------------- chat completions

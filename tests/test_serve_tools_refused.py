@@ -20,9 +20,16 @@ import anthropic  # noqa: E402
 import openai  # noqa: E402
 
 import toolrules  # noqa: E402
-from serve_helpers import ProxyServer  # noqa: E402
+from serve_helpers import (  # noqa: E402
+    an,
+    anthropic_proxy,
+    chat_reply,
+    oa,
+    openai_compatible_proxy,
+    refusal,
+)
 from toolrules import UnsupportedContentError  # noqa: E402
-from wire_server import WireServer, json_reply  # noqa: E402
+from wire_server import WireServer  # noqa: E402
 
 READ = {"name": "read_file", "description": "Read a file.",
         "input_schema": {"type": "object", "properties": {"path": {"type": "string"}},
@@ -63,13 +70,6 @@ RESPONSES_BUILTIN = [
 ]
 
 
-def chat_reply(text: str = "ok") -> Any:
-    return json_reply({"id": "chatcmpl-up", "object": "chat.completion", "created": 1,
-                       "model": "up", "choices": [{"index": 0, "finish_reason": "stop",
-                                                   "message": {"role": "assistant",
-                                                               "content": text}}]})
-
-
 @pytest.fixture(scope="module")
 def upstream():
     with WireServer() as srv:
@@ -78,21 +78,13 @@ def upstream():
 
 @pytest.fixture(scope="module")
 def to_openai(upstream):
-    """The proxy in front of an OpenAI-compatible server (client model names pass through)."""
-    with ProxyServer(upstream="openai-compatible", base_url=upstream.url + "/v1") as proxy:
+    with openai_compatible_proxy(upstream) as proxy:
         yield proxy
 
 
 @pytest.fixture
 def to_anthropic(upstream, tmp_path, monkeypatch):
-    monkeypatch.setenv("TOOLRULES_TEST_UPSTREAM_KEY", "sk-test")
-    cfg = f"""
-routes:
-  - model: claude-sonnet-4-5
-    upstream: {{provider: anthropic, model: claude-sonnet-4-5, base_url: {upstream.url},
-                api_key_env: TOOLRULES_TEST_UPSTREAM_KEY}}
-"""
-    with ProxyServer(config=cfg, tmp=tmp_path) as proxy:
+    with anthropic_proxy(upstream, tmp_path, monkeypatch) as proxy:
         yield proxy
 
 
@@ -102,19 +94,8 @@ def fresh(upstream):
     upstream.replies.clear()
 
 
-def an(proxy: ProxyServer) -> anthropic.Anthropic:
-    return anthropic.Anthropic(base_url=proxy.url, api_key="k", max_retries=0, timeout=20)
-
-
-def oa(proxy: ProxyServer) -> openai.OpenAI:
-    return openai.OpenAI(base_url=proxy.url + "/v1", api_key="k", max_retries=0, timeout=20)
-
-
 def openai_error(e: Any) -> dict[str, Any]:
-    assert e.value.status_code == 400
-    err = e.value.body.get("error", e.value.body)
-    assert err["type"] == "invalid_request_error"
-    return err
+    return refusal(e)
 
 
 # ---------------------------------------------------------------- Anthropic clients

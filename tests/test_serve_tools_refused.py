@@ -1,9 +1,12 @@
 """`toolrules serve` and tools it cannot carry, over real HTTP on 127.0.0.1 with the official
 `anthropic` and `openai` SDKs: a request's `tools` entry that is not a plain function (or
-custom) tool - an Anthropic server tool, an Anthropic-defined client tool such as bash or
-the text editor, an OpenAI Responses built-in tool, a chat completions `custom` tool - is
-refused with a 400 in the client API's own error shape naming the entry (index and type)
-and what to do, before anything goes upstream. Nothing is dropped."""
+custom) tool and that the client would expect calls to - an Anthropic-defined client tool
+such as bash or the text editor, an MCP toolset, an OpenAI built-in tool the client runs
+(computer use, local shell), a `custom` free-form tool - is refused with a 400 in the
+client API's own error shape naming the entry (index and type) and what to do, before
+anything goes upstream. The tools the provider's servers run (web search, code execution
+...) are omitted instead: left out of the tools the model is offered and reported with
+their reason (test_serve_tools_omitted.py). Nothing is dropped unseen."""
 
 from __future__ import annotations
 
@@ -44,10 +47,6 @@ RESP_FN = {"type": "function", "name": "read_file", "description": "Read a file.
 # schema and behaviour Anthropic defines (the model is trained on them, the request does
 # not describe them).
 ANTHROPIC_SERVER = [
-    {"type": "web_search_20250305", "name": "web_search", "max_uses": 3},
-    {"type": "web_fetch_20250910", "name": "web_fetch"},
-    {"type": "code_execution_20250825", "name": "code_execution"},
-    {"type": "tool_search_tool_regex_20251119", "name": "tool_search_tool_regex"},
     {"type": "mcp_toolset", "mcp_server_name": "docs"},
 ]
 ANTHROPIC_DEFINED = [
@@ -58,15 +57,11 @@ ANTHROPIC_DEFINED = [
     {"type": "memory_20250818", "name": "memory"},
 ]
 RESPONSES_BUILTIN = [
-    {"type": "web_search"},
-    {"type": "web_search_preview"},
-    {"type": "file_search", "vector_store_ids": ["vs_1"]},
-    {"type": "code_interpreter", "container": {"type": "auto"}},
     {"type": "computer_use_preview", "display_width": 1024, "display_height": 768,
      "environment": "browser"},
-    {"type": "image_generation"},
-    {"type": "mcp", "server_label": "docs", "server_url": "https://example.com/mcp"},
     {"type": "local_shell"},
+    {"type": "shell"},
+    {"type": "apply_patch"},
 ]
 
 
@@ -109,7 +104,7 @@ def test_anthropic_server_tools_are_refused(upstream, to_openai, tool):
     assert e.value.status_code == 400 and err["type"] == "invalid_request_error"
     msg = err["message"]
     assert f"tools[1] (type {tool['type']!r}" in msg
-    assert "server tool" in msg and "Declare what you need as a custom tool" in msg
+    assert "MCP toolset" in msg and "Declare what you need as a custom tool" in msg
     assert "call the Anthropic API directly" in msg
     assert upstream.requests == []  # nothing went upstream
 
@@ -155,21 +150,30 @@ def test_anthropic_custom_tools_still_go_through(upstream, to_openai):
 # ---------------------------------------------------------------- OpenAI clients
 
 @pytest.mark.parametrize("tool", RESPONSES_BUILTIN, ids=lambda t: t["type"])
-def test_responses_built_in_tools_are_refused(upstream, to_openai, tool):
+def test_responses_built_in_tools_the_client_runs_are_refused(upstream, to_openai, tool):
     with pytest.raises(openai.BadRequestError) as e:
         oa(to_openai).responses.create(model="gpt-4o", input="look it up",
                                        tools=[RESP_FN, tool])
     msg = openai_error(e)["message"]
-    assert f"tools[1] (type {tool['type']!r})" in msg and "built-in tool" in msg
+    assert f"tools[1] (type {tool['type']!r})" in msg and "built-in tool the client runs" in msg
     assert "Declare what you need as a function tool" in msg and "call OpenAI directly" in msg
     assert upstream.requests == []
 
 
-def test_responses_built_in_tools_are_refused_streamed(upstream, to_openai):
+def test_responses_built_in_tools_the_client_runs_are_refused_streamed(upstream, to_openai):
     with pytest.raises(openai.BadRequestError) as e:
         oa(to_openai).responses.create(model="gpt-4o", input="look it up", stream=True,
-                                       tools=[{"type": "web_search"}])
-    assert "tools[0] (type 'web_search')" in openai_error(e)["message"]
+                                       tools=[{"type": "local_shell"}])
+    assert "tools[0] (type 'local_shell')" in openai_error(e)["message"]
+    assert upstream.requests == []
+
+
+def test_an_unknown_responses_tool_type_is_refused(upstream, to_openai):
+    with pytest.raises(openai.BadRequestError) as e:
+        oa(to_openai).responses.create(model="gpt-4o", input="x",
+                                       tools=[{"type": "hologram"}])
+    msg = openai_error(e)["message"]
+    assert "tools[0] (type 'hologram')" in msg and "no rule for this tool type" in msg
     assert upstream.requests == []
 
 
@@ -184,7 +188,7 @@ def test_responses_custom_tools_are_refused(upstream, to_openai):
 
 @pytest.mark.parametrize("tool", [
     {"type": "custom", "custom": {"name": "apply_patch", "description": "Apply a diff."}},
-    {"type": "web_search"},
+    {"type": "hologram"},
 ], ids=lambda t: t["type"])
 def test_chat_tools_that_are_not_functions_are_refused(upstream, to_anthropic, tool):
     with pytest.raises(openai.BadRequestError) as e:

@@ -168,9 +168,12 @@ class Engine:
         """A tool result (ToolResult, tool Message or dict) as the provider's message."""
         return self._providers.tool_result_message(result, provider)
 
-    def parse_request(self, body: Any, provider: str) -> tuple[list[Message], list[Tool], Any]:
-        """A request body in `provider`'s format -> (messages, tools, tool_choice) in UTP."""
-        return self._providers.parse_request(body, provider)
+    def parse_request(self, body: Any, provider: str, *, omitted: dict[str, str] | None = None
+                      ) -> tuple[list[Message], list[Tool], Any]:
+        """A request body in `provider`'s format -> (messages, tools, tool_choice) in UTP.
+        `omitted`: where tool entries the rules let a caller leave out (built-in tools the
+        upstream cannot provide) are recorded (label -> reason); without it they refuse."""
+        return self._providers.parse_request(body, provider, omitted=omitted)
 
     def parse_response(self, body: Any, provider: str, tools: Any = None,
                        model: str | None = None, *, strict: Any = None,

@@ -318,7 +318,8 @@ def _media_cases(engine: Any, rid: str, model: str | None, cases: dict[str, Any]
 def _tool_entry_cases(engine: Any, rid: str, request: dict[str, Any],
                       cases: dict[str, Any]) -> dict[str, Any]:
     """Tool lists a client may send (`request_tools` in the cases): the tools read from
-    each, or its refusal (an entry no rule reads is never dropped)."""
+    each (and the entries omitted, with their reasons, for a caller that keeps a record of
+    them, as the proxy does), or its refusal (an entry no rule reads is never dropped)."""
     from .._errors import ToolrulesError
     from ..providers._rules import set_path
 
@@ -327,12 +328,14 @@ def _tool_entry_cases(engine: Any, rid: str, request: dict[str, Any],
     for name, entries in cases.items():
         body = copy.deepcopy(request)
         set_path(body, prov.tools_path, copy.deepcopy(entries))
+        omitted: dict[str, str] = {}
         try:
-            _m, tools, _c = engine.parse_request(body, rid)
+            _m, tools, _c = engine.parse_request(body, rid, omitted=omitted)
         except ToolrulesError as exc:
             out[name] = f"refused: {type(exc).__name__}: {exc}"
             continue
-        out[name] = [t.name for t in tools]
+        names = [t.name for t in tools]
+        out[name] = {"tools": names, "omitted": omitted} if omitted else names
     return out
 
 

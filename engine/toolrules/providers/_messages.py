@@ -644,18 +644,24 @@ def read_blocks(prov: Provider, blocks: Any, where: str) -> list[ContentPart]:
     return out
 
 
-def refuse_tools(prov: Provider, entries: Any) -> None:
+def refuse_tools(prov: Provider, entries: Any,
+                 omitted: dict[str, str] | None = None) -> list[Any] | None:
     """The request's tool list, checked before it is read: an entry a `tools.read.refuse`
     rule matches (a server or built-in tool, a tool whose schema the provider defines)
-    refuses the request, naming the entry; it is never left out of the tools sent on."""
+    refuses the request, naming the entry. An entry an `omit` rule matches is left out
+    when the caller keeps a record (`omitted`: label -> reason, e.g. "tools[2] (type
+    'web_search')"), and refuses the request otherwise: never left out unseen. Returns
+    the entries still offered, or None when nothing was left out."""
     if entries is None or not prov.tools_refuse:
-        return
+        return None
     if not isinstance(entries, list):
         raise ParseError(f"a {prov.id} request's {prov.tools_path!r} is a list, not "
                          f"{type(entries).__name__}")
+    kept: list[Any] = []
     for i, entry in enumerate(entries):
         rule = next((r for r in prov.tools_refuse if not _is_false(r.when(entry))), None)
         if rule is None:
+            kept.append(entry)
             continue
         kind = _block_type(entry)
         here = f"{prov.tools_path}[{i}]"
@@ -666,8 +672,12 @@ def refuse_tools(prov: Provider, entries: Any) -> None:
         name = entry.get("name") if isinstance(entry, dict) else None
         if isinstance(name, str):
             label += f", name {name!r}"
+        if rule.omit and omitted is not None:
+            omitted[f"{here} ({label})"] = rule.reason
+            continue
         raise UnsupportedContentError(f"{here} ({label}): this tool cannot be carried: "
                                       f"{rule.reason}", part_type=kind, where=here)
+    return kept if len(kept) < len(entries) else None
 
 
 def _read_content(parts: list[ContentPart], text: Any) -> Any:

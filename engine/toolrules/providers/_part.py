@@ -8,6 +8,7 @@ build_response. The provider is always a rule id from rules/providers/ (or one o
 
 from __future__ import annotations
 
+import copy
 import json
 import time
 import warnings
@@ -429,21 +430,29 @@ class ProvidersPart(Part):
         wires = write_messages(prov, prepared)
         return wires[0] if len(wires) == 1 else wires
 
-    def parse_request(self, body: Any, provider: str) -> tuple[list[Message], list[Tool], Any]:
+    def parse_request(self, body: Any, provider: str, *, omitted: dict[str, str] | None = None
+                      ) -> tuple[list[Message], list[Tool], Any]:
         """A request body in `provider`'s format -> (messages, tools, tool_choice) in UTP.
 
         tool_choice comes back as 'auto', 'none', 'required',
         {'type': 'function', 'function': {'name': ...}}, or None when the body has none.
+        A tool entry the provider rule may omit (`tools.read.refuse` `omit`: a built-in
+        tool the upstream cannot provide) is left out and recorded in `omitted` (label ->
+        reason) when given; without it, such an entry refuses the request like any other
+        (UnsupportedContentError): nothing is left out unseen.
         """
         from ._messages import coerce_body, read_choice, read_history, refuse_tools
-        from ._rules import get_path
+        from ._rules import get_path, set_path
 
         prov = self.provider_rules(provider)
         data = coerce_body(body, prov.max_bytes, "request body")
         if not isinstance(data, dict):
             raise ParseError(f"a request body for provider {prov.id} is a JSON object")
         # a tool the request declares but the proxy cannot carry refuses it up front
-        refuse_tools(prov, get_path(data, prov.tools_path))
+        kept = refuse_tools(prov, get_path(data, prov.tools_path), omitted)
+        if kept is not None:  # read the tools still offered, not the omitted entries
+            data = copy.deepcopy(data)
+            set_path(data, prov.tools_path, kept)
         msgs: list[Message] = []
         if prov.system_placement == "field" and prov.system_read is not None:
             text = _join_text(prov.system_read(data))
@@ -473,6 +482,14 @@ class ProvidersPart(Part):
                                   parameters=params if isinstance(params, dict)
                                   else {"type": "object", "properties": {}}))
         choice = read_choice(prov, get_path(data, prov.choice_path)) if prov.choice_path else None
+        named = (choice.get("function") or {}).get("name") if isinstance(choice, dict) else None
+        if kept is not None and named and all(t.name != named for t in tools):
+            # the client forces a tool that was left out: it could never be called
+            raise UnsupportedContentError(
+                f"{prov.choice_path}: the tool choice names {named!r}, which is not offered "
+                "to the model: " + "; ".join(f"{k} is omitted: {v}"
+                                             for k, v in (omitted or {}).items()),
+                part_type="tool_choice", where=prov.choice_path or "tool_choice")
         return msgs, tools, choice
 
     # ------------------------------------------------------------ responses

@@ -380,10 +380,13 @@ class PartRule:
 @dataclass(frozen=True, slots=True)
 class ToolRefusal:
     """An entry of a request's tool list that cannot be carried (`tools.read.refuse`): a
-    server tool, a built-in tool, a tool type whose schema the provider defines."""
+    server tool, a built-in tool, a tool type whose schema the provider defines. `omit`:
+    the entry may be left out of the tools offered (reported with `reason`) instead of
+    refusing the request - an optional capability the upstream cannot provide."""
 
     when: Expr
     reason: str
+    omit: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -605,7 +608,9 @@ def compile_provider(rs: RuleSet, rule_id: str) -> Provider:
         _id_pattern=re.compile(call_ids["pattern"]) if call_ids.get("pattern") else None,
         media=_media(msgs.get("media") or {}, f"{w} messages.media"),
         tools_refuse=tuple(
-            ToolRefusal(Expr(r["when"], f"{w} tools.read.refuse[{i}].when"), str(r["refuse"]))
+            ToolRefusal(Expr(r["when"], f"{w} tools.read.refuse[{i}].when"),
+                        " ".join(str(r.get("refuse") or r.get("omit")).split()),
+                        omit="refuse" not in r)
             for i, r in enumerate((tools.get("read") or {}).get("refuse") or ())
             if isinstance(r, dict)),
     )

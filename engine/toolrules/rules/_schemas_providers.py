@@ -387,17 +387,26 @@ PROVIDER_SCHEMA: dict[str, Any] = {
             "refuse": {"type": "list", "nullable": True, **_doc(
                 "rules over each entry of the request's tool list (at `tools.path`), tried "
                 "in order before reading: the first whose `when` holds refuses the request "
-                "(a 400 from a proxy) with its reason. Entries `each` does not read (server "
-                "tools, built-in tools, tool types with a schema defined by the provider) "
-                "must be refused here: nothing is dropped unseen",
-                "refuse: [{when: \"type != 'function'\", refuse: only function tools can "
+                "(a 400 from a proxy) with its reason, or omits the entry: it is left out "
+                "of the tools the model is offered and reported with its reason (access "
+                "log, trace; a caller that keeps no record gets the refusal instead). "
+                "Entries `each` does not read (server tools, built-in tools, tool types "
+                "with a schema defined by the provider) must be refused or omitted here: "
+                "nothing is dropped unseen",
+                "refuse: [{when: \"type == 'web_search'\", omit: the upstream cannot "
+                "search}, {when: \"type != 'function'\", refuse: only function tools can "
                 "be relayed}]"),
                 "schema": {"type": "dict", "schema": {
                     "when": _expr("the rule applies when this holds over the entry",
                                   required=True),
                     "refuse": _str("why the entry cannot be carried, and what to do instead",
                                    "refuse: a server tool runs on the provider's side",
-                                   required=True),
+                                   required=True, excludes="omit"),
+                    "omit": _str("why leaving the entry out is safe (an optional capability "
+                                 "the upstream cannot provide: the client never gets a call "
+                                 "to it), and what to do to have it",
+                                 "omit: web search runs on the provider's servers",
+                                 required=True, excludes="refuse"),
                 }}},
         }),
     }),

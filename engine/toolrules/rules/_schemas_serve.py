@@ -11,6 +11,11 @@ from ._schema_kit import _bool, _doc, _str, _strlist
 __all__ = ["KIND_SCHEMAS", "ROUTE_TOOL_MODES", "SERVE_SCHEMA"]
 
 ROUTE_TOOL_MODES = ("auto", "native", "emulate")
+BUILTIN_TOOLS = ("omit", "refuse")
+_BUILTIN_DOC = ("a tool entry the client's API rule lets the proxy leave out (a built-in "
+                "tool the upstream cannot provide, e.g. web search): `omit` leaves it out "
+                "of the tools the model is offered and reports it (access log `omitted`, "
+                "trace); `refuse` answers 400 naming it")
 
 
 def _int(doc: str, example: str, minimum: int = 0, **extra: Any) -> dict[str, Any]:
@@ -79,6 +84,8 @@ _ROUTE = {"type": "dict", "schema": {
         "fields (model, messages, tools ...) are protected", "request_overrides: "
         "{temperature: 0.2}")},
     "list": _bool("show the name in GET /v1/models (default: yes for `model`)"),
+    "builtin_tools": _str(_BUILTIN_DOC + " (default: the server's)", "builtin_tools: refuse",
+                          allowed=list(BUILTIN_TOOLS), nullable=True),
 }}
 
 _SERVER = _section("server limits and behaviour", {
@@ -92,6 +99,8 @@ _SERVER = _section("server limits and behaviour", {
     "timeout": _num("default seconds to wait for each upstream read", "timeout: 600"),
     "connect_timeout": _num("default seconds to connect upstream", "connect_timeout: 10"),
     "max_retries": _int("default retries of transient upstream failures", "max_retries: 0"),
+    "builtin_tools": _str(_BUILTIN_DOC + " - the routes' default", "builtin_tools: omit",
+                          allowed=list(BUILTIN_TOOLS)),
 })
 
 SERVE_SCHEMA: dict[str, Any] = {

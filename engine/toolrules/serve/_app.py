@@ -200,8 +200,12 @@ class ServeApp:
             # every top-level field is read, ignored for a stated reason or refused
             # (UnsupportedContentError: a 400 naming it) before anything goes upstream
             ignored = front.account(body)
+            # built-in tools the upstream cannot provide are left out, and said so - or
+            # refused, when the route asks for that (`builtin_tools: refuse`)
+            omitted: dict[str, str] | None = {} if route.builtin_tools == "omit" else None
             try:
-                msgs, tools, choice = self.engine.parse_request(body, front.provider)
+                msgs, tools, choice = self.engine.parse_request(body, front.provider,
+                                                                omitted=omitted)
             except UnsupportedContentError:
                 raise
             except ToolrulesError as exc:
@@ -213,6 +217,8 @@ class ServeApp:
             ignored.update(unwritable_options(front, upstream_options, body, client.provider))
             if ignored:
                 info["ignored"] = ignored
+            if omitted:
+                info["omitted"] = omitted
             ex = Exchange(route=route, client=client, messages=msgs, tools=tools, choice=choice,
                           options=options_for(front, upstream_options, body),
                           held_call=self.config.held_call, trace=trace)
@@ -227,7 +233,8 @@ class ServeApp:
                            "tools": tools, "tool_choice": choice,
                            "held_call": self.config.held_call, "settings": {"stream": stream},
                            "messages": msgs, "time": time.time(),
-                           **({"ignored": ignored} if ignored else {})})
+                           **({"ignored": ignored} if ignored else {}),
+                           **({"omitted": omitted} if omitted else {})})
             if stream:
                 return await self._stream(front, ex, body, requested, info, started, trace)
             try:

@@ -62,6 +62,9 @@ class Route:
     request_overrides: dict[str, Any] = field(default_factory=dict)
     listed: bool = True
     engine: Any = None
+    builtin_tools: str = "omit"
+    """A tool entry the client's API rule may omit (a built-in tool the upstream cannot
+    provide): `omit` leaves it out of the tools offered, reported; `refuse`: a 400."""
 
     def matches(self, model: str) -> bool:
         if self.name is not None and model == self.name:
@@ -111,6 +114,7 @@ class ServerSettings:
     timeout: float = 600.0
     connect_timeout: float = 10.0
     max_retries: int = 0
+    builtin_tools: str = "omit"
 
 
 @dataclass(frozen=True)
@@ -189,7 +193,8 @@ def _route(index: int, data: dict[str, Any], server: ServerSettings) -> Route:
             text_fallback=tools.get("text_fallback"),
             constrained=bool(tools.get("constrained"))),
         request_overrides=dict(data.get("request_overrides") or {}),
-        listed=bool(data.get("list", data.get("model") is not None)))
+        listed=bool(data.get("list", data.get("model") is not None)),
+        builtin_tools=str(data.get("builtin_tools") or server.builtin_tools))
 
 
 def route_engine(engine: Any, route: Route) -> Any:
@@ -244,7 +249,8 @@ def load_config(engine: Any, path: str | os.PathLike[str] | None = None, *,
         api_keys_env=srv.get("api_keys_env"),
         timeout=float(srv.get("timeout", ServerSettings.timeout)),
         connect_timeout=float(srv.get("connect_timeout", ServerSettings.connect_timeout)),
-        max_retries=int(srv.get("max_retries", ServerSettings.max_retries)))
+        max_retries=int(srv.get("max_retries", ServerSettings.max_retries)),
+        builtin_tools=str(srv.get("builtin_tools") or ServerSettings.builtin_tools))
     route_data = [r for r in data.get("routes") or () if isinstance(r, dict)]
     if upstream:
         provider, _sep, model = upstream.partition(":")

@@ -26,3 +26,19 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 def pytest_configure(config: pytest.Config) -> None:
     if config.getoption("--slow", default=False):
         os.environ["TOOLRULES_SLOW"] = "1"
+
+
+@pytest.fixture(scope="module")
+def upstream():
+    """One scripted model server on 127.0.0.1 for a test module (tests/wire_server.py);
+    modules that need a fresh one per test define their own."""
+    from wire_server import WireServer
+
+    with WireServer() as srv:
+        yield srv
+
+
+@pytest.fixture(scope="module")
+def traces(tmp_path_factory):
+    """A trace directory shared by a module's proxies."""
+    return tmp_path_factory.mktemp("traces")

@@ -114,3 +114,4 @@ def anthropic_proxy(upstream: Any, tmp: Path, monkeypatch: Any, **kw: Any) -> Pr
     monkeypatch.setenv("TOOLRULES_TEST_UPSTREAM_KEY", "sk-test")
     return ProxyServer(config=route_to("anthropic", "claude-sonnet-4-5", upstream.url),
                        tmp=tmp, **kw)
+

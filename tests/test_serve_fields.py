@@ -21,28 +21,19 @@ pytest.importorskip("uvicorn")
 import anthropic  # noqa: E402
 import openai  # noqa: E402
 
-import toolrules  # noqa: E402
-from serve_helpers import ProxyServer, an, anthropic_proxy, chat_reply, oa, refusal, route_to  # noqa: E402
+from serve_helpers import (  # noqa: E402
+    ProxyServer,
+    an,
+    anthropic_proxy,
+    chat_reply,
+    oa,
+    refusal,
+    route_to,
+)
 from toolrules import ParsedResponse, UnsupportedContentError  # noqa: E402
-from wire_server import WireServer, json_reply  # noqa: E402
+from wire_server import json_reply  # noqa: E402
 
 HI = [{"role": "user", "content": "hi"}]
-
-
-@pytest.fixture(scope="module")
-def engine():
-    return toolrules.load()
-
-
-@pytest.fixture(scope="module")
-def upstream():
-    with WireServer() as srv:
-        yield srv
-
-
-@pytest.fixture(scope="module")
-def traces(tmp_path_factory):
-    return tmp_path_factory.mktemp("traces")
 
 
 @pytest.fixture(scope="module")

@@ -83,22 +83,6 @@ CHAT_FN = {"type": "function", "function": {
 
 
 @pytest.fixture(scope="module")
-def engine():
-    return toolrules.load()
-
-
-@pytest.fixture(scope="module")
-def upstream():
-    with WireServer() as srv:
-        yield srv
-
-
-@pytest.fixture(scope="module")
-def traces(tmp_path_factory):
-    return tmp_path_factory.mktemp("traces")
-
-
-@pytest.fixture(scope="module")
 def proxy(upstream, traces, engine):
     """The proxy in front of an OpenAI-compatible server (as for a local model)."""
     with ProxyServer(upstream="openai-compatible", base_url=upstream.url + "/v1",

@@ -32,7 +32,6 @@ from serve_helpers import (  # noqa: E402
     refusal,
 )
 from toolrules import UnsupportedContentError  # noqa: E402
-from wire_server import WireServer  # noqa: E402
 
 READ = {"name": "read_file", "description": "Read a file.",
         "input_schema": {"type": "object", "properties": {"path": {"type": "string"}},
@@ -63,12 +62,6 @@ RESPONSES_BUILTIN = [
     {"type": "shell"},
     {"type": "apply_patch"},
 ]
-
-
-@pytest.fixture(scope="module")
-def upstream():
-    with WireServer() as srv:
-        yield srv
 
 
 @pytest.fixture(scope="module")

@@ -42,3 +42,17 @@ def upstream():
 def traces(tmp_path_factory):
     """A trace directory shared by a module's proxies."""
     return tmp_path_factory.mktemp("traces")
+
+
+@pytest.fixture
+def access(caplog):
+    """The proxy's access-log records so far (JSON objects), as a function."""
+    import json
+    import logging
+
+    caplog.set_level(logging.INFO, logger="toolrules.serve.access")
+
+    def records() -> list[dict]:
+        return [json.loads(r.getMessage()) for r in caplog.records
+                if r.name == "toolrules.serve.access"]
+    return records

@@ -7,7 +7,6 @@ fix, before anything goes upstream. A field no rule mentions is refused, never d
 from __future__ import annotations
 
 import json
-import logging
 from pathlib import Path
 from typing import Any
 
@@ -62,16 +61,6 @@ def to_responses(upstream, tmp_path, monkeypatch, engine):
 def fresh(upstream):
     upstream.requests.clear()
     upstream.replies.clear()
-
-
-@pytest.fixture
-def access(caplog):
-    caplog.set_level(logging.INFO, logger="toolrules.serve.access")
-
-    def records() -> list[dict[str, Any]]:
-        return [json.loads(r.getMessage()) for r in caplog.records
-                if r.name == "toolrules.serve.access"]
-    return records
 
 
 def openai_error(e: Any) -> str:

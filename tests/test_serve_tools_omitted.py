@@ -11,7 +11,6 @@ through."""
 from __future__ import annotations
 
 import json
-import logging
 from pathlib import Path
 from typing import Any
 
@@ -104,16 +103,6 @@ def strict(upstream, tmp_path, monkeypatch, engine):
 def fresh(upstream):
     upstream.requests.clear()
     upstream.replies.clear()
-
-
-@pytest.fixture
-def access(caplog):
-    caplog.set_level(logging.INFO, logger="toolrules.serve.access")
-
-    def records() -> list[dict[str, Any]]:
-        return [json.loads(r.getMessage()) for r in caplog.records
-                if r.name == "toolrules.serve.access"]
-    return records
 
 
 def offered(upstream: WireServer) -> list[str]:

@@ -67,45 +67,30 @@ _PRIMITIVE_DEPS = {
 }
 
 
+_ESCAPES = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
+
+
+def _escaped(ch: str, special: str) -> str:
+    """One character as GBNF writes it inside a literal or a class: `special` characters
+    backslashed, line breaks and tabs by name, other control characters as \\xHH."""
+    if ch in special:
+        return "\\" + ch
+    if ch in _ESCAPES:
+        return _ESCAPES[ch]
+    if ord(ch) < 0x20 or ord(ch) == 0x7F:
+        return f"\\x{ord(ch):02X}"
+    return ch
+
+
 def literal(text: str) -> str:
     """A GBNF string literal matching exactly `text`."""
-    out = ['"']
-    for ch in text:
-        if ch == "\\":
-            out.append("\\\\")
-        elif ch == '"':
-            out.append('\\"')
-        elif ch == "\n":
-            out.append("\\n")
-        elif ch == "\r":
-            out.append("\\r")
-        elif ch == "\t":
-            out.append("\\t")
-        elif ord(ch) < 0x20 or ord(ch) == 0x7F:
-            out.append(f"\\x{ord(ch):02X}")
-        else:
-            out.append(ch)
-    out.append('"')
-    return "".join(out)
+    return '"' + "".join(_escaped(ch, '\\"') for ch in text) + '"'
 
 
 def char_class(chars: Sequence[str] | set[str] | frozenset[str], negate: bool = False) -> str:
     """A GBNF character class of `chars` (or of every other character)."""
-    parts = []
-    for ch in sorted(set(chars)):
-        if ch in "\\]^-[":
-            parts.append("\\" + ch)
-        elif ch == "\n":
-            parts.append("\\n")
-        elif ch == "\r":
-            parts.append("\\r")
-        elif ch == "\t":
-            parts.append("\\t")
-        elif ord(ch) < 0x20 or ord(ch) == 0x7F:
-            parts.append(f"\\x{ord(ch):02X}")
-        else:
-            parts.append(ch)
-    return "[" + ("^" if negate else "") + "".join(parts) + "]"
+    body = "".join(_escaped(ch, "\\]^-[") for ch in sorted(set(chars)))
+    return "[" + ("^" if negate else "") + body + "]"
 
 
 def _repeat(item: str, low: int, high: int | None) -> str:

@@ -11,10 +11,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from .._errors import CapabilityError, ParseError, UnknownRuleError
+from .._errors import CapabilityError
 from .._types import Tool
 from ..rules._loader import RuleSet
-from ._rules import Expr, Provider, merged_rule
+from ._rules import Expr, Provider, merged_sections
 
 __all__ = ["ConstraintRules", "check_rules", "constraint_for", "constraint_rules"]
 
@@ -78,17 +78,7 @@ def constraint_for(engine: Any, prov: Provider, model: str | None, tools: tuple[
 def check_rules(rs: RuleSet, rep: Any, failed: set[tuple[str, str]]) -> None:
     """A `constrained:` section, once `extends:` is merged, says a path for its format and
     some use (a format or `native`)."""
-    for rid, rf in sorted(rs.files.get("provider", {}).items()):
-        if ("provider", rid) in failed or not isinstance(rf.data, dict):
-            continue
-        try:
-            merged = merged_rule(rs, rid)
-        except (ParseError, UnknownRuleError):
-            continue  # reported by the provider checks
-        sec = merged.get("constrained")
-        if not isinstance(sec, dict):
-            continue
-        where = ("constrained",) if isinstance(rf.data.get("constrained"), dict) else ()
+    for rid, rf, _, sec, where in merged_sections(rs, failed, "constrained"):
         if sec.get("format") and not sec.get("path"):
             rep.error(rf, where, f"provider {rid!r}: `constrained.format` needs "
                       "`constrained.path` (the body field that takes it)", "constrained-path")

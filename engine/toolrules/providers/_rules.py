@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, cast
 
@@ -219,6 +219,24 @@ def prune(value: Any, opaque: set[int]) -> Any:
     return value
 
 
+
+
+def merged_sections(rs: RuleSet, failed: set[tuple[str, str]], key: str
+                    ) -> Iterator[tuple[str, Any, dict[str, Any], dict[str, Any], tuple[str, ...]]]:
+    """For lint: every provider rule that passed its schema and has a `key` section once
+    `extends:` is merged, as (id, file, merged rule, the section, where to report it: the
+    file's own section, else the file). Rules that do not merge are reported by the
+    provider checks."""
+    for rid, rf in sorted(rs.files.get("provider", {}).items()):
+        if ("provider", rid) in failed or not isinstance(rf.data, dict):
+            continue
+        try:
+            merged = merged_rule(rs, rid)
+        except (ParseError, UnknownRuleError):
+            continue
+        sec = merged.get(key)
+        if isinstance(sec, dict):
+            yield rid, rf, merged, sec, ((key,) if isinstance(rf.data.get(key), dict) else ())
 
 
 def merged_rule(rs: RuleSet, rule_id: str, _seen: tuple[str, ...] = ()) -> dict[str, Any]:

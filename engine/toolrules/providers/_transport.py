@@ -14,9 +14,9 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import quote, urlencode, urlsplit
 
-from .._errors import CapabilityError, ParseError, UnknownRuleError
+from .._errors import CapabilityError, ParseError
 from ..rules._loader import RuleSet
-from ._rules import Expr, merged_rule
+from ._rules import Expr, merged_sections
 
 __all__ = ["AUTH_KINDS", "FRAMINGS", "HttpRules", "check_rules", "compile_http", "http_rules"]
 
@@ -295,19 +295,10 @@ def check_rules(rs: RuleSet, rep: Any, failed: set[tuple[str, str]]) -> None:
     stream needs, and a complete section once `extends:` is merged."""
     providers = rs.files.get("provider", {})
     for rid, rf in sorted(providers.items()):
-        if ("provider", rid) in failed or not isinstance(rf.data, dict):
-            continue
-        own = rf.data.get("http")
-        if isinstance(own, dict):
-            _check_own(rep, rf, own)
-        try:
-            merged = merged_rule(rs, rid)
-        except (ParseError, UnknownRuleError):
-            continue  # reported by the provider checks
-        http = merged.get("http")
-        if not isinstance(http, dict):
-            continue
-        where = ("http",) if isinstance(own, dict) else ()
+        if ("provider", rid) not in failed and isinstance(rf.data, dict) and \
+                isinstance(rf.data.get("http"), dict):
+            _check_own(rep, rf, rf.data["http"])
+    for rid, rf, merged, http, where in merged_sections(rs, failed, "http"):
         if not http.get("path"):
             rep.error(rf, where, f"provider {rid!r} has `http` but no `http.path` (and "
                       "inherits none)", "http-incomplete")

@@ -19,7 +19,7 @@ from typing import Any
 
 import click
 
-from ._common import fail, get_engine, guard
+from ._common import fail, get_engine, guard, jail_options
 from ._loop import format_call, summarize_result
 
 __all__ = ["COMMANDS"]
@@ -426,13 +426,7 @@ def _history_path(option: str | None) -> Path:
                    "`registry = toolrules.ToolRegistry()` with @registry.tool functions "
                    "(repeatable: --tools builtin --tools mine.py).")
 @click.option("--no-tools", is_flag=True, help="No tools (the same as --tools none).")
-@click.option("--workspace", "-w", default=".", show_default=True,
-              type=click.Path(file_okay=False), help="The directory the tools may touch.")
-@click.option("--trust", default="workspace", show_default=True,
-              help="Trust level (the policy's levels: discovery, read_only, workspace, shell, "
-                   "full); ::trust changes it.")
-@click.option("--policy", "policy_id", default="default", show_default=True,
-              help="Policy id (rules/policies/<id>.yaml, overlays included).")
+@jail_options
 @click.option("--dry-run", is_flag=True, help="Show the calls without running them.")
 @click.option("--stream/--no-stream", default=True, show_default=True,
               help="Print text as it arrives, or each model turn whole.")

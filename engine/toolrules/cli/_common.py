@@ -61,6 +61,24 @@ def echo_json(value: Any) -> None:
     click.echo(json.dumps(value, indent=2, ensure_ascii=False, default=str))
 
 
+def jail_options(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """--workspace/-w, --trust and --policy: where the tools may act and under which
+    policy (`run`, `chat`, `exec`)."""
+    options = [
+        click.option("--workspace", "-w", default=".", show_default=True,
+                     type=click.Path(file_okay=False),
+                     help="The directory the tools may touch (the jail)."),
+        click.option("--trust", default="workspace", show_default=True,
+                     help="Trust level: discovery, read_only, workspace, shell or full (the "
+                          "policy's levels)."),
+        click.option("--policy", "policy_id", default="default", show_default=True,
+                     help="Policy id (rules/policies/<id>.yaml, overlays included)."),
+    ]
+    for option in reversed(options):
+        fn = option(fn)
+    return fn
+
+
 def guard(fn: Callable[..., Any]) -> Callable[..., Any]:
     """Turn toolrules' own errors into a message instead of a traceback."""
     import functools

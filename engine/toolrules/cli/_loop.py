@@ -11,7 +11,7 @@ from typing import Any
 
 import click
 
-from ._common import fail, get_engine, guard
+from ._common import fail, get_engine, guard, jail_options
 
 __all__ = ["COMMANDS", "format_call", "summarize_result"]
 
@@ -137,13 +137,7 @@ class _Printer:
 @click.option("--model", "-m", "spec", required=True,
               help="scripted:FILE.yaml, PROVIDER:MODEL or local.")
 @click.option("--base-url", help="Server URL for PROVIDER:MODEL (local servers).")
-@click.option("--workspace", "-w", default=".", show_default=True,
-              type=click.Path(file_okay=False), help="The directory the tools may touch (the jail).")
-@click.option("--trust", default="workspace", show_default=True,
-              help="Trust level: discovery, read_only, workspace, shell or full (the policy's "
-                   "levels).")
-@click.option("--policy", "policy_id", default="default", show_default=True,
-              help="Policy id (rules/policies/<id>.yaml, overlays included).")
+@jail_options
 @click.option("--allow", multiple=True, help="Only these tools (repeatable).")
 @click.option("--deny", multiple=True, help="Never these tools (repeatable).")
 @click.option("--dry-run", is_flag=True, help="Show the calls without running them.")

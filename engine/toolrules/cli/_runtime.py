@@ -8,7 +8,7 @@ from typing import Any
 
 import click
 
-from ._common import echo_json, fail, get_engine
+from ._common import echo_json, fail, get_engine, jail_options
 
 __all__ = ["COMMANDS"]
 
@@ -33,13 +33,7 @@ def _arguments(text: str) -> Any:
 @click.command("exec")
 @click.argument("name")
 @click.argument("args_json", default="{}")
-@click.option("--workspace", default=".", show_default=True, type=click.Path(file_okay=False),
-              help="The directory the tools may touch (the jail).")
-@click.option("--trust", default="workspace", show_default=True,
-              help="Trust level: discovery, read_only, workspace, shell or full "
-                   "(the policy's levels).")
-@click.option("--policy", "policy_id", default="default", show_default=True,
-              help="Policy id (rules/policies/<id>.yaml, overlays included).")
+@jail_options
 @click.option("--audit-dir", type=click.Path(file_okay=False), default=None,
               help="Append an audit line to DIR/tools-YYYY-MM-DD.jsonl.")
 @click.option("--dry-run", is_flag=True, help="Check the call and show what would run.")

@@ -78,7 +78,7 @@ class TextParser:
             if result is not None:
                 return result
         m = self._machine(streaming=False)
-        m.buf = text
+        m.load(text)
         m.close(finish_reason)
         return _result(m.sink, finish_reason, text, self.heuristics)
 

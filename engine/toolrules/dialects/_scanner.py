@@ -19,6 +19,7 @@ import secrets
 from collections.abc import Callable
 from typing import Any, cast
 
+from .._errors import ParseError
 from .._types import StreamChunk, StreamChunkType, ToolCall
 from ._compile import CallDef, Dialect, MarkerTable, ParamDef, Region
 from ._jsonscan import Balanced, NestingTooDeep, RepairFailed, loads, repair_json, too_deep
@@ -39,6 +40,14 @@ _MAX_HEAD = 256  # payload `head` (a function name before its bracket)
 _ID_PREFIX = secrets.token_hex(5)  # unique per process; the counter makes ids unique in it
 _ID_COUNTER = itertools.count(1)
 _PROBE_CHARS = 512
+# Every step of the machine that reports progress must consume text, change phase, region
+# or call, or end a call (_run checks each one). Backing that up, the steps of one output
+# are bounded by _STEPS_BASE + _STEPS_PER_CHAR x the characters it was given (re-reading
+# given-back text included: each start shape reads the text at most once more). A
+# machine that breaks either rule has a bug: it raises a ParseError naming the dialect
+# and the position instead of spinning.
+_STEPS_PER_CHAR = 16
+_STEPS_BASE = 1024
 _NAME_PROBE = re.compile(r'"([A-Za-z_]+)"\s*:\s*"([^"\\]{1,128})"')
 _KEY_REPAIRS = {"function": "function-key", "args": "args-key", "parameters": "parameters-key"}
 _TOO_DEEP = "nesting-too-deep"  # a value nested past MAX_DEPTH: the call is kept as text
@@ -267,8 +276,9 @@ class _CallRun:
 class Machine:
     """Runs one dialect over one output (and, first, over the generation prompt)."""
 
-    __slots__ = ("_pending_call", "allowed", "buf", "call", "d", "final", "header", "header_msg",
-                 "lead", "pos", "region", "sink", "start_ok", "start_skip", "tools", "undecided")
+    __slots__ = ("_pending_call", "allowed", "buf", "call", "chars", "d", "dropped", "final",
+                 "header", "header_msg", "lead", "pos", "region", "sink", "start_ok",
+                 "start_skip", "steps", "tools", "undecided")
 
     def __init__(self, dialect: Dialect, sink: Sink, repairs: frozenset[str],
                  tools: dict[str, Any]):
@@ -288,6 +298,9 @@ class Machine:
         self.final = False
         self._pending_call: _CallRun | None = None
         self.start_skip = 0    # start shapes already tried on this text (they did not fit)
+        self.chars = 0         # characters given to the machine (the step budget)
+        self.steps = 0         # progressing steps taken
+        self.dropped = 0       # characters read and dropped from the front of `buf`
 
     # ------------------------------------------------------------ driving
 
@@ -296,10 +309,11 @@ class Machine:
         self._pending_call = None
         if prompt:
             self.sink.muted = True
-            self.buf = prompt[-4096:]
+            self.load(prompt[-4096:])
             self._run(final=True)
             self.sink.muted = False
             self.buf, self.pos = "", 0
+            self.chars = self.steps = self.dropped = 0
             self._pending_call, self.call = self.call, None
         if self.region is self.d.content and self.d.undecided is not None:
             self.region = self.d.undecided
@@ -325,8 +339,14 @@ class Machine:
             c, ret, tentative, phase = call
             self.call = _CallRun(c, ret, False, tentative)
             self.call.phase = phase
+
+    def load(self, text: str) -> None:
+        """Append `text` without scanning it yet (parse() hands the whole text to close())."""
+        self.buf += text
+        self.chars += len(text)
+
     def feed(self, delta: str) -> None:
-        self.buf += delta
+        self.load(delta)
         self._run(final=False)
 
     def close(self, finish_reason: str | None) -> None:
@@ -348,18 +368,41 @@ class Machine:
 
     def _run(self, final: bool) -> None:
         self.final = final
+        budget = _STEPS_BASE + _STEPS_PER_CHAR * self.chars
         while True:
-            if self.call is not None:
+            # what a progressing step must change, read cheaply (this runs per delta)
+            pos, size, call, region, header = (self.pos, len(self.buf), self.call,
+                                               self.region, self.header)
+            if call is not None:
+                phase = _phase(call)
                 progressed = self._step_call(final)
-            elif self.header is not None:
+            elif header is not None:
+                phase = None
                 progressed = self._step_header(final)
             else:
+                phase = None
                 progressed = self._step_region(final)
             if not progressed:
                 break
+            self.steps += 1
+            if self.steps > budget:
+                raise self._stuck(f"took more than {budget} steps for {self.chars} characters")
+            if self.pos == pos and len(self.buf) == size and self.call is call \
+                    and self.region is region and self.header is header \
+                    and (call is None or _phase(call) == phase):
+                raise self._stuck("a step reported progress but changed nothing")
         if self.pos:
+            self.dropped += self.pos
             self.buf = self.buf[self.pos:]
             self.pos = 0
+
+    def _stuck(self, why: str) -> ParseError:
+        run = self.call
+        where = f"in a call ({run.phase})" if run is not None else f"in {self.region.kind}"
+        return ParseError(
+            f"dialect {self.d.id!r}: the scanner stopped making progress at character "
+            f"{self.dropped + self.pos} {where}: {why}. This is a bug in toolrules: please "
+            "report it with the model output that caused it.")
 
     # ------------------------------------------------------------ text regions
 
@@ -960,7 +1003,7 @@ class Machine:
         if k <= 0 or k >= len(shapes):
             return False
         text = "".join(run.raw)
-        first = text.lstrip(_WS)[:1]
+        first = text.lstrip(_WS)[:1] or self.buf[self.pos:self.pos + 1]  # nothing read yet
         if not first or not any(c.starts_with(first) for c in shapes[k:]):
             return False
         self._give_back(text)
@@ -982,8 +1025,12 @@ class Machine:
 
     def _passthrough(self, run: _CallRun, why: str) -> None:
         """Give a call that is not a call back as text, verbatim, where it stood."""
-        if run.anchored and self._next_start(run):
-            return
+        if run.anchored:
+            if self._next_start(run):
+                return
+            # no start shape fits the text at the start: it is text (trying the same
+            # shapes again on the same characters would never end)
+            self.start_ok = False
         self.call = None
         self.region = run.ret
         raw = "".join(run.raw)
@@ -1304,6 +1351,13 @@ def _properties(params: Any) -> dict[str, Any]:
         if isinstance(props, dict):
             return props
     return {}
+
+
+def _phase(run: _CallRun) -> Any:
+    """A call's phase as a progressing step must change it (with the text position)."""
+    if run.phase == "params":  # a parameter's own steps: key, value, confirmation
+        return (run.key, run.value_end, run.confirming, len(run.params))
+    return run.phase
 
 
 def _starts(literal: str, buf: str, i: int) -> bool:

@@ -326,6 +326,35 @@ class Capability:
     (Hugging Face chat-template variables: `messages`, `add_generation_prompt`,
     `bos_token`), for weights that carry none (the embedded local model). Default None."""
 
+    # Turn constraints: what the model's own chat template accepts and renders, where a
+    # server renders it (llama-server --jinja, vLLM, LM Studio, Ollama ...). A request to
+    # such a server is normalized to fit them (Engine.normalize_turns), never losing text.
+    turn_system: str = "anywhere"
+    """Where the template takes system messages: `anywhere`; `leading` (any number, before
+    every other message); `first` (one, as the first message); `none` (no system role).
+    Default anywhere."""
+    turn_system_stable: bool = False
+    """The leading system text must stay byte-stable (prompt caching): a later system text
+    travels as a wrapped block in the next user turn instead of joining the first system
+    message. Default False."""
+    turn_alternate: bool = False
+    """User and assistant turns must alternate, starting with a user turn (tool results
+    belong to the assistant turn that called them). Default False."""
+    turn_roles: tuple[str, ...] = ("tool",)
+    """Roles the template renders besides system, user and assistant: `tool` (tool
+    results), `developer`. Without `developer` a developer message counts as system;
+    without `tool` a tool result is written as user text. Default (tool,)."""
+    turn_content_required: bool = False
+    """An assistant message with calls must carry a content field (written as ""). Default
+    False."""
+    turn_text_with_calls: bool = True
+    """The template renders assistant text written beside calls. Default True."""
+    turn_history_calls: bool = True
+    """The template renders the calls of earlier assistant turns. Default True."""
+    turn_results_follow_calls: bool = False
+    """Tool results must directly follow the assistant message that made the calls, in
+    order. Default False."""
+
     def non_default(self) -> dict[str, Any]:
         """The fields that differ from the defaults (what a resolution decided)."""
         out: dict[str, Any] = {}

@@ -20,7 +20,8 @@ from .._errors import CapabilityError, RuleError, UnknownRuleError
 from .._types import Capability, Message, coerce_tools
 from ._rules import EmulationPrompt, template_error
 
-__all__ = ["ChatPrompt", "build_chat_prompt", "check_rules", "render_embedded_template"]
+__all__ = ["ChatPrompt", "TemplateRaised", "build_chat_prompt", "check_rules",
+           "render_chat_template", "render_embedded_template", "template_environment"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -113,22 +114,70 @@ def _render(rules: Any, name: str, context: Mapping[str, Any]) -> tuple[str, tup
     return text, tuple(s for s in stop if isinstance(s, str) and s)
 
 
-def render_embedded_template(source: str, context: Mapping[str, Any]) -> str:
-    """A chat template found in a weights file, rendered in a sandbox with the variables
-    such templates expect (loose undefined values, `raise_exception`)."""
-    from jinja2.exceptions import TemplateError
+class TemplateRaised(CapabilityError):
+    """A model's own chat template refused the conversation (its `raise_exception`), or
+    could not render it. `message` is the template's own words."""
+
+    def __init__(self, message: str, *, raised: bool = True):
+        what = "refused" if raised else "does not render"
+        super().__init__(f"the model's chat template {what}: {message}")
+        self.message = message
+        self.raised = raised
+
+
+def template_environment() -> Any:
+    """The sandbox a model's own chat template renders in, as servers provide it: Jinja's
+    ImmutableSandboxedEnvironment with trim_blocks/lstrip_blocks and loop controls,
+    `raise_exception(msg)`, `strftime_now(fmt)` and a `tojson` that keeps non-ASCII text
+    and takes indent/separators/sort_keys (what Hugging Face templates call)."""
+    import datetime
+    import json
+
     from jinja2.sandbox import ImmutableSandboxedEnvironment
 
     def raise_exception(message: str) -> None:
-        raise CapabilityError(f"the model's embedded chat template refused: {message}")
+        raise TemplateRaised(str(message))
 
-    env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True)
+    def strftime_now(fmt: str) -> str:
+        return datetime.datetime.now().strftime(fmt)
+
+    def tojson(value: Any, indent: int | None = None, separators: Any = None,
+               sort_keys: bool = False, ensure_ascii: bool = False) -> str:
+        return json.dumps(value, indent=indent, ensure_ascii=ensure_ascii,
+                          separators=tuple(separators) if separators else None,
+                          sort_keys=sort_keys)
+
+    env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True,
+                                        extensions=["jinja2.ext.loopcontrols"])
     env.globals["raise_exception"] = raise_exception
+    env.globals["strftime_now"] = strftime_now
+    env.filters["tojson"] = tojson
+    return env
+
+
+def render_chat_template(source: str, context: Mapping[str, Any], env: Any = None) -> str:
+    """A model's own chat template (untrusted text: from a weights file, a server, a user)
+    rendered in the sandbox with `context` (messages, tools, add_generation_prompt,
+    bos_token, eos_token ...). Raises TemplateRaised with the template's message when it
+    refuses the conversation or fails to render."""
+    from jinja2.exceptions import TemplateError
+
+    env = env if env is not None else template_environment()
     try:
-        return env.from_string(source).render(**context)
+        return str(env.from_string(source).render(**context))
+    except TemplateRaised:
+        raise
     except TemplateError as exc:
-        raise CapabilityError(f"the model's embedded chat template does not render: "
-                              f"{exc}") from None
+        raise TemplateRaised(f"{type(exc).__name__}: {exc}", raised=False) from None
+    except (TypeError, ValueError, KeyError, AttributeError, IndexError,
+            RecursionError) as exc:  # what a template's own logic trips over
+        raise TemplateRaised(f"{type(exc).__name__}: {exc}", raised=False) from None
+
+
+def render_embedded_template(source: str, context: Mapping[str, Any]) -> str:
+    """A chat template found in a weights file, rendered in the sandbox
+    (render_chat_template)."""
+    return render_chat_template(source, context)
 
 
 # ---------------------------------------------------------------- lint

@@ -103,7 +103,7 @@ class _Family:
 
 def _capability_values(block: dict[str, Any] | None) -> dict[str, Any]:
     out = dict(block or {})
-    for key in ("quirks", "decline_calls", "input_media"):
+    for key in ("quirks", "decline_calls", "input_media", "turn_roles"):
         if key in out and out[key] is not None:
             out[key] = tuple(out[key])
     return out

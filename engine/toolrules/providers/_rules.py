@@ -483,6 +483,7 @@ class Provider:
     _id_pattern: re.Pattern[str] | None = field(default=None)
     media: MediaWriter = field(default_factory=lambda: MediaWriter(frozenset(), {}))
     tools_refuse: tuple[ToolRefusal, ...] = ()
+    renders_template: bool = False
 
     # ------------------------------------------------------------ finish reasons
 
@@ -623,6 +624,7 @@ def compile_provider(rs: RuleSet, rule_id: str) -> Provider:
         stream_rules=tuple(stream_rules),
         sequential_calls=bool(stream.get("sequential_calls")),
         lossy=frozenset(d.get("lossy") or ()),
+        renders_template=bool(d.get("renders_template")),
         _id_pattern=re.compile(call_ids["pattern"]) if call_ids.get("pattern") else None,
         media=_media(msgs.get("media") or {}, f"{w} messages.media"),
         tools_refuse=tuple(

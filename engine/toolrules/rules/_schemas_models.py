@@ -49,6 +49,26 @@ CAPABILITY_FIELDS: dict[str, dict[str, Any]] = {
     "chat_template": _str("the turn format for raw-text inference: a template under "
                           "templates/chat/ (Hugging Face chat-template variables)",
                           "chat_template: chat/gemma.j2", nullable=True),
+    "turn_system": _str("where the model's chat template takes system messages: anywhere; "
+                        "leading (any number, before every other message); first (one, as "
+                        "the first message); none (no system role)", "turn_system: first",
+                        allowed=["anywhere", "leading", "first", "none"]),
+    "turn_system_stable": _bool("the leading system text must stay byte-stable (prompt "
+                                "caching): a later system text travels as a wrapped block in "
+                                "the next user turn instead of joining the first"),
+    "turn_alternate": _bool("user and assistant turns must alternate, starting with a user "
+                            "turn"),
+    "turn_roles": {"type": "list", "schema": {"type": "string",
+                                              "allowed": ["tool", "developer"]},
+                   **_doc("roles the chat template renders besides system, user and "
+                          "assistant (without developer: written as system; without tool: "
+                          "tool results written as user text)", "turn_roles: [tool]")},
+    "turn_content_required": _bool("an assistant message with calls must carry a content "
+                                   "field (written as \"\")"),
+    "turn_text_with_calls": _bool("the chat template renders assistant text beside calls"),
+    "turn_history_calls": _bool("the chat template renders the calls of earlier turns"),
+    "turn_results_follow_calls": _bool("tool results must directly follow the message "
+                                       "that made the calls"),
 }
 
 _CAPABILITY_MAP = {"type": "dict", "schema": CAPABILITY_FIELDS,

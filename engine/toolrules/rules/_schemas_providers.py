@@ -334,6 +334,9 @@ PROVIDER_SCHEMA: dict[str, Any] = {
                       "them): tool_error, call_ids, result_names, reasoning, system_position, "
                       "blank_call_text",
                       "lossy: [tool_error]"),
+    "renders_template": _bool("the server renders the model's own chat template (llama-server "
+                              "--jinja, vLLM, LM Studio, Ollama ...): requests are normalized "
+                              "to the model's turn constraints (capability turn_*)"),
     "request": _section("the request body", {
         "model": _str("body path of the model id; omit when the model is not in the body",
                       "model: model", nullable=True),

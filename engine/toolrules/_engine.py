@@ -45,6 +45,7 @@ if TYPE_CHECKING:
     from .emulation._chat import ChatPrompt
     from .emulation._grammar import CallGrammar
     from .emulation._rules import EmulationPrompt, EmulationStyle
+    from .emulation._turns import Turns
     from .models._rules import Resolution
     from .providers._front import Front
     from .providers._rules import Provider
@@ -160,9 +161,12 @@ class Engine:
         return self._providers.tool_choice(choice, provider, tools, model=model)
 
     def build_request(self, provider: str, model: str | None, messages: Any, tools: Any = None,
-                      tool_choice: Any = None, **options: Any) -> dict[str, Any]:
-        """A complete request body for `provider`."""
-        return self._providers.build_request(provider, model, messages, tools, tool_choice, **options)
+                      tool_choice: Any = None, *, rewrites: list[Any] | None = None,
+                      **options: Any) -> dict[str, Any]:
+        """A complete request body for `provider`. Where the provider's server renders the
+        model's own chat template, the conversation is fitted to its turn constraints
+        first; `rewrites` (a list) receives each TurnRewrite made."""
+        return self._providers.build_request(provider, model, messages, tools, tool_choice, rewrites=rewrites, **options)
 
     def tool_result_message(self, result: Any, provider: str) -> Any:
         """A tool result (ToolResult, tool Message or dict) as the provider's message."""
@@ -259,6 +263,14 @@ class Engine:
         results become text turns (rules/emulation.yaml `history`); consecutive results
         travel together so roles keep alternating."""
         return self._emulation.emulate_history(messages, tools, model, capability=capability, style=style)
+
+    def normalize_turns(self, messages: Any, model: Any = None, *, tools: Any = None,
+                        capability: Capability | None = None) -> Turns:
+        """`messages` fitted to the turn constraints of `model`'s own chat template
+        (capability turn_*: where system messages may stand, alternation, roles, content
+        beside calls ...) as a server that renders that template needs them. No text is
+        dropped; `Turns.rewrites` says what was moved and why."""
+        return self._emulation.normalize_turns(messages, model, tools=tools, capability=capability)
 
     def render_template(self, name: str, context: Mapping[str, Any]) -> str:
         """Render any template of the rule set (sandboxed, strict) with `context`."""

@@ -338,12 +338,13 @@ class Capability:
     travels as a wrapped block in the next user turn instead of joining the first system
     message. Default False."""
     turn_alternate: bool = False
-    """User and assistant turns must alternate, starting with a user turn (tool results
-    belong to the assistant turn that called them). Default False."""
+    """User turns and assistant turns without calls must alternate, a user turn first (an
+    assistant turn with calls and its tool results stand between them freely). Default
+    False."""
     turn_roles: tuple[str, ...] = ("tool",)
     """Roles the template renders besides system, user and assistant: `tool` (tool
-    results), `developer`. Without `developer` a developer message counts as system;
-    without `tool` a tool result is written as user text. Default (tool,)."""
+    results). Without `tool`, results and the calls they answer are written as text.
+    (Developer messages are read as system messages everywhere.) Default (tool,)."""
     turn_content_required: bool = False
     """An assistant message with calls must carry a content field (written as ""). Default
     False."""

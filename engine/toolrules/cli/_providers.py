@@ -74,16 +74,21 @@ def translate(tools_file: str, provider: str, model: str | None, strict: bool | 
 @click.option("--option", "-o", "opts", multiple=True, metavar="KEY=VALUE",
               help="Request option (max_tokens=512, temperature=0.2, stream=true ...).")
 @click.option("--overrides", help="JSON object merged into the body (request_overrides).")
+@click.option("--explain", is_flag=True,
+              help="Also say (on stderr) what was rewritten to fit the model's chat template "
+                   "(turn constraints) and why.")
 @_RULES
 @guard
 def request(input_file: str, provider: str, model: str | None, source: str | None,
             tools_file: str | None, tool_choice: str | None, opts: tuple[str, ...],
-            overrides: str | None, rule_paths: tuple[str, ...]) -> None:
+            overrides: str | None, explain: bool, rule_paths: tuple[str, ...]) -> None:
     """Build PROVIDER's request body from a conversation.
 
     INPUT.json is a list of messages, or a request body (chat-completions format unless
     --from names another provider) - so `--from A --provider B` converts provider A's
-    request into provider B's.
+    request into provider B's. Where PROVIDER's server renders the model's own chat
+    template, the conversation is fitted to the model's turn constraints; --explain lists
+    each rewrite.
     """
     engine = get_engine(rule_paths)
     data = read_json_arg(input_file, "input")
@@ -114,11 +119,21 @@ def request(input_file: str, provider: str, model: str | None, source: str | Non
         options[key.strip()] = _option_value(value)
     if overrides:
         options["request_overrides"] = _option_value(overrides)
+    rewrites: list[Any] = []
     try:
         echo_json(engine.build_request(provider, model, messages, tools=tools or None,
-                                       tool_choice=choice, **options))
+                                       tool_choice=choice, rewrites=rewrites, **options))
     except (TypeError, ValueError) as exc:
         fail(f"cannot build the request: {exc}")
+    if explain:
+        if not engine.provider_rules(provider).renders_template:
+            click.echo(f"no rewrite: {provider} does not render the model's chat template "
+                       "(provider rule renders_template)", err=True)
+        elif not rewrites:
+            click.echo(f"no rewrite: the conversation fits the turn constraints of "
+                       f"{model or 'the model'}'s chat template", err=True)
+        for r in rewrites:
+            click.echo(f"rewrite: {r.describe()}", err=True)
 
 
 @click.command()

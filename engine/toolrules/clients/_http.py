@@ -163,6 +163,8 @@ class HttpModel:
         self._clients: dict[int, tuple[Any, Any]] = {}
         self._loop: asyncio.AbstractEventLoop | None = None
         self.last_response: ParsedResponse | None = None
+        # what the last request changed to fit the model's chat template (TurnRewrite)
+        self.last_rewrites: tuple[Any, ...] = ()
 
     def __repr__(self) -> str:
         parts = urlsplit(self.base_url)
@@ -178,9 +180,11 @@ class HttpModel:
         opts = dict(options)
         overrides = dict(self._overrides)
         overrides.update(opts.pop("request_overrides", None) or {})
+        rewrites: list[Any] = []
         body = self.engine.build_request(self.provider, self.as_model, messages, tools=tools,
-                                         tool_choice=tool_choice,
+                                         tool_choice=tool_choice, rewrites=rewrites,
                                          request_overrides=overrides or None, **opts)
+        self.last_rewrites = tuple(rewrites)
         if self.as_model != self.model and self._model_path:
             set_path(body, self._model_path, self.model)
         body = self._http.http_body(body, stream)

@@ -19,6 +19,7 @@ from ..rules._part import Part
 from ._chat import ChatPrompt
 from ._grammar import CallGrammar
 from ._rules import EmulationPrompt, EmulationRules, EmulationStyle
+from ._turns import Turns, is_permissive, normalize_turns
 
 __all__ = ["EmulationPart", "build_emulation_prompt"]
 
@@ -206,6 +207,31 @@ class EmulationPart(Part):
             out.append(m)
         flush()
         return out
+
+    def normalize_turns(self, messages: Iterable[Any], model: Any = None, *, tools: Any = None,
+                        capability: Capability | None = None) -> Turns:
+        """`messages` fitted to the turn constraints of the model's own chat template
+        (capability turn_*), with every rewrite recorded; no text is dropped."""
+        from ..providers._messages import coerce_messages
+
+        cap = self.capability_for(model, capability)
+        msgs = coerce_messages(messages)
+        if is_permissive(cap):
+            return Turns(tuple(msgs))
+        rules = self._emulation_rules()
+        # calls the template cannot take are written in the model's own trained format
+        # when the rules have one, else in its emulation style
+        style = cap.dialect if cap.dialect is not None and cap.dialect in rules.trained \
+            else None
+
+        def calls_as_text(group: list[Message]) -> list[Message]:
+            return self.emulate_history(group, tools, model, capability=cap, style=style)
+
+        def system_block(text: str) -> str:
+            return rules.render_template(rules.system_block, {"text": text}).strip("\n")
+
+        return normalize_turns(msgs, cap, calls_as_text=calls_as_text,
+                               system_block=system_block, join=rules.turn_join)
 
     def _turn_text(self, text: str, written: str, calls: Sequence[ToolCall],
                    reader: Callable[[], Any]) -> str:

@@ -319,6 +319,9 @@ class EmulationRules:
         history = table.get("history") or {}
         self.result_template: str = history.get("result_template", "emulation/result.j2")
         self.result_role: str = history.get("result_role", "user")
+        turns = table.get("turns") or {}
+        self.turn_join: str = turns.get("join", "\n\n")
+        self.system_block: str = turns.get("system_block", "turns/system_block.j2")
         guidance = table.get("guidance") or {}
         self.max_examples: int = guidance.get("max_examples", 2)
         self.required_only: bool = guidance.get("required_only", True)

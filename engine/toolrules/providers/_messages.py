@@ -366,7 +366,7 @@ def _assistant_view(m: Message, opaque: set[int]) -> dict[str, Any]:
         calls.append({"id": c.id, "name": c.name, "arguments": c.arguments,
                       "arguments_json": c.arguments_json(), "index": i})
     text = content_text(m.content)
-    return {"role": "assistant", "text": text if text else None,
+    return {"role": "assistant", "text": text,
             "reasoning": m.reasoning_content or None, "tool_calls": calls or None}
 
 

@@ -236,8 +236,13 @@ class ProvidersPart(Part):
     # ------------------------------------------------------------ requests
 
     def build_request(self, provider: str, model: str | None, messages: Any, tools: Any = None,
-                      tool_choice: Any = None, **options: Any) -> dict[str, Any]:
+                      tool_choice: Any = None, *, rewrites: list[Any] | None = None,
+                      **options: Any) -> dict[str, Any]:
         """A complete request body for `provider`.
+
+        When the provider's server renders the model's own chat template (provider rule
+        `renders_template`), the conversation is fitted to the model's turn constraints
+        first (Engine.normalize_turns); `rewrites`, a list, receives each TurnRewrite.
 
         Options with a meaning here: strict, constrained (the grammar or schema of a valid
         call in the body, as the rule's `constrained:` section says), parallel_tool_calls,
@@ -286,6 +291,12 @@ class ProvidersPart(Part):
         if prov.model_path and model is not None:
             set_path(body, prov.model_path, model)
         history = self._place_system(prov, body, msgs, emulation)
+        if prov.renders_template and model is not None:
+            # the server renders the model's own chat template: fit its turn constraints
+            turns = self.engine.normalize_turns(history, model, tools=tool_list)
+            history = list(turns.messages)
+            if rewrites is not None:
+                rewrites.extend(turns.rewrites)
 
         def to_wire(name: str) -> str:
             return names.get(name) or wire_name(name, prov, set())

@@ -56,13 +56,15 @@ CAPABILITY_FIELDS: dict[str, dict[str, Any]] = {
     "turn_system_stable": _bool("the leading system text must stay byte-stable (prompt "
                                 "caching): a later system text travels as a wrapped block in "
                                 "the next user turn instead of joining the first"),
-    "turn_alternate": _bool("user and assistant turns must alternate, starting with a user "
-                            "turn"),
+    "turn_alternate": _bool("user turns and assistant turns without calls must alternate, "
+                            "a user turn first (turns with calls and their results stand "
+                            "between them freely)"),
     "turn_roles": {"type": "list", "schema": {"type": "string",
-                                              "allowed": ["tool", "developer"]},
+                                              "allowed": ["tool"]},
                    **_doc("roles the chat template renders besides system, user and "
-                          "assistant (without developer: written as system; without tool: "
-                          "tool results written as user text)", "turn_roles: [tool]")},
+                          "assistant (without tool: tool results, and the calls they answer, "
+                          "are written as text); developer messages are always read as "
+                          "system", "turn_roles: [tool]")},
     "turn_content_required": _bool("an assistant message with calls must carry a content "
                                    "field (written as \"\")"),
     "turn_text_with_calls": _bool("the chat template renders assistant text beside calls"),

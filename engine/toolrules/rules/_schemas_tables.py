@@ -99,6 +99,12 @@ EMULATION_SCHEMA: dict[str, Any] = {
         "result_role": _str("the role tool results travel in", "result_role: user",
                             allowed=["user", "tool", "system"]),
     }),
+    "turns": _dict("fitting a conversation to the turn constraints of a model's chat "
+                   "template (capability turn_*)", None, {
+        "join": _str("between texts joined into one turn", "join: \"\\n\\n\""),
+        "system_block": _str("template wrapping a system text carried in a user turn "
+                             "(variable: text)", "system_block: turns/system_block.j2"),
+    }),
     "guidance": _dict("tool-calling guidance with examples (seed 004 approach 2)", None, {
         "max_examples": _int("examples shown (one per tool, most relevant first)",
                              "max_examples: 2", min=0),

@@ -100,6 +100,7 @@ class _Upstreams:
         view.model = route.upstream_model(requested)
         view.as_model = route.model_id(requested)
         view.last_response = None
+        view.last_rewrites = ()
         return view
 
     def provider(self, route: Route) -> Any:
@@ -282,6 +283,8 @@ class ServeApp:
         info.update(attempts=o.attempts, calls=o.calls)
         if o.invalid:
             info["invalid"] = o.invalid
+        if o.rewrites:  # what was moved to fit the model's chat template, and why
+            info["rewrites"] = o.rewrites
 
     def _usage(self, body: Mapping[str, Any], parsed: ParsedResponse | None) -> dict[str, int]:
         cpt = self.config.server.chars_per_token

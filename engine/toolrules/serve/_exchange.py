@@ -43,6 +43,7 @@ class Outcome:
     native: bool = True
     usage: dict[str, Any] | None = None
     warnings: list[str] = field(default_factory=list)
+    rewrites: list[dict[str, Any]] = field(default_factory=list)
 
 
 def _call_id(n: int | None = None) -> str:
@@ -156,12 +157,15 @@ class Exchange:
 
     def _turn(self, attempt: int, msgs: list[Message], parsed: ParsedResponse,
               started: float, streamed: bool) -> None:
+        rewrites = [r.as_dict() for r in getattr(self.client, "last_rewrites", ())]
+        self.outcome.rewrites = rewrites
         if self.trace is None:
             return
         self.trace.add({"type": "turn", "round": attempt,
                         "request": {"history": len(self.messages), "messages": msgs[len(self.messages):],
                                     "tools": [t.name for t in self.sent_tools],
-                                    "tool_choice": self.choice},
+                                    "tool_choice": self.choice,
+                                    **({"rewrites": rewrites} if rewrites else {})},
                         "response": parsed, "streamed": streamed,
                         "ms": round((time.perf_counter() - started) * 1000.0, 3)})
 

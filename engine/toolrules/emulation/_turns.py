@@ -1,0 +1,408 @@
+"""A conversation fitted to the turn constraints of the model's own chat template.
+
+A server that renders the model's chat template (llama-server --jinja, vLLM, LM Studio,
+Ollama ...) hands the messages to Jinja written by the model's makers, and many of those
+templates refuse or silently drop what coding agents send: a system message after the
+first, two leading system messages, two user turns in a row, an assistant turn with calls
+and no content, text beside calls, calls in the history. The capability's `turn_*` fields
+say what a model's template takes (rules/models); `normalize_turns` rewrites a
+conversation to fit them and never drops text: every text the client sent stands in a
+message the template renders. Each rewrite is recorded as a `TurnRewrite` (the access
+log, the trace and `toolrules request --explain` show them).
+
+The steps, in order (each only when its constraint asks for it):
+1. calls and results the template cannot take are written as text in the model's own
+   format (no tool role, calls not rendered in the history, text beside calls dropped
+   where turns must alternate);
+2. text the template drops beside calls moves into its own assistant turn before them;
+3. tool results move right after the turn that made the calls;
+4. system texts move where the template takes them: folded into the first system
+   message, or - when the leading system text must stay byte-stable, or there is no
+   system role - carried as a wrapped block in the next user turn;
+5. user and assistant turns alternate: consecutive turns of one role merge, a user turn
+   opens the conversation;
+6. an assistant turn with calls gets the content field its template reads.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from .._types import Capability, ContentPart, Message
+
+__all__ = ["TurnRewrite", "Turns", "is_permissive", "normalize_turns"]
+
+
+@dataclass(frozen=True, slots=True)
+class TurnRewrite:
+    """One change made to fit a template: what was done to which messages, and why.
+
+    `messages` are positions in the conversation as it was given (0-based)."""
+
+    action: str
+    messages: tuple[int, ...]
+    why: str
+
+    def describe(self) -> str:
+        where = ", ".join(f"messages[{i}]" for i in self.messages)
+        return f"{self.action} ({where}): {self.why}"
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"action": self.action, "messages": list(self.messages), "why": self.why}
+
+
+@dataclass(frozen=True, slots=True)
+class Turns:
+    """A conversation fitted to a model's turn constraints, and the rewrites made."""
+
+    messages: tuple[Message, ...]
+    rewrites: tuple[TurnRewrite, ...] = ()
+
+
+@dataclass(slots=True)
+class _Slot:
+    """A message being rewritten and the positions of the messages it came from."""
+
+    m: Message
+    origin: tuple[int, ...] = field(default_factory=tuple)
+
+
+# Why each constraint rewrites (the capability field named, so a reader can find the rule).
+_WHY = {
+    "no-tool-role": "the template has no tool role (turn_roles): results are written as "
+                    "user text, the calls they answer as text in the model's format",
+    "history-calls": "the template does not render earlier calls (turn_history_calls: "
+                     "false): they are written as text in the model's format",
+    "text-with-calls": "the template drops text written beside calls "
+                       "(turn_text_with_calls: false)",
+    "results-follow": "tool results must directly follow the turn that made the calls "
+                      "(turn_results_follow_calls)",
+    "orphan-result": "no earlier turn made this call, and results must follow their calls "
+                     "(turn_results_follow_calls): written as user text",
+    "system-first": "the template takes one system message, as the first message "
+                    "(turn_system: first)",
+    "system-leading": "the template takes system messages only before all others "
+                      "(turn_system: leading)",
+    "system-none": "the template has no system role (turn_system: none)",
+    "system-stable": "the leading system text stays byte-stable (turn_system_stable)",
+    "alternate": "user and assistant turns must alternate, starting with a user turn "
+                 "(turn_alternate)",
+    "content": "the template reads the content of an assistant turn with calls "
+               "(turn_content_required)",
+}
+
+
+def is_permissive(cap: Capability) -> bool:
+    """True when the constraints ask for no rewrite at all."""
+    return (cap.turn_system == "anywhere" and not cap.turn_alternate
+            and "tool" in cap.turn_roles and cap.turn_history_calls
+            and cap.turn_text_with_calls and not cap.turn_results_follow_calls
+            and not cap.turn_content_required)
+
+
+def normalize_turns(messages: Sequence[Message], cap: Capability, *,
+                    calls_as_text: Callable[[list[Message]], list[Message]],
+                    system_block: Callable[[str], str], join: str = "\n\n") -> Turns:
+    """`messages` fitted to `cap`'s turn constraints (see the module docstring).
+
+    `calls_as_text(group)` writes an assistant turn with calls and its results as text
+    turns in the model's format (the emulated history); `system_block(text)` wraps a
+    system text carried in a user turn."""
+    if is_permissive(cap):
+        return Turns(tuple(messages))
+    n = _Normalizer(cap, calls_as_text, system_block, join)
+    slots = [_Slot(m, (i,)) for i, m in enumerate(messages)]
+    slots = n.calls_and_results(slots)
+    slots = n.text_beside_calls(slots)
+    slots = n.results_after_calls(slots)
+    slots = n.systems(slots)
+    slots = n.alternate(slots)
+    slots = n.content(slots)
+    return Turns(tuple(s.m for s in slots), tuple(n.rewrites))
+
+
+class _Normalizer:
+    def __init__(self, cap: Capability, calls_as_text: Callable[[list[Message]], list[Message]],
+                 system_block: Callable[[str], str], join: str):
+        self.cap = cap
+        self.to_text = calls_as_text
+        self.block = system_block
+        self.join = join
+        self.rewrites: list[TurnRewrite] = []
+
+    def record(self, action: str, origin: Sequence[int], why: str) -> None:
+        self.rewrites.append(TurnRewrite(action, tuple(sorted(set(origin))), _WHY[why]))
+
+    # ------------------------------------------------------------ 1. calls as text
+
+    def calls_and_results(self, slots: list[_Slot]) -> list[_Slot]:
+        cap = self.cap
+        if "tool" not in cap.turn_roles:
+            why = "no-tool-role"
+        elif not cap.turn_history_calls:
+            why = "history-calls"
+        else:
+            return slots
+        return self._as_text(slots, lambda s: True, why)
+
+    def _as_text(self, slots: list[_Slot], pick: Callable[[_Slot], bool],
+                 why: str) -> list[_Slot]:
+        """Every picked assistant turn with calls, and the results that follow it (and
+        results no picked turn made), written as text turns."""
+        out: list[_Slot] = []
+        i = 0
+        while i < len(slots):
+            s = slots[i]
+            calls = s.m.role == "assistant" and bool(s.m.tool_calls) and pick(s)
+            if not calls and s.m.role != "tool":
+                out.append(s)
+                i += 1
+                continue
+            if not calls and out and out[-1].m.role == "tool":
+                out.append(s)  # a result of a turn kept native
+                i += 1
+                continue
+            group = [s]
+            j = i + 1
+            while j < len(slots) and slots[j].m.role == "tool":
+                group.append(slots[j])
+                j += 1
+            written = self.to_text([g.m for g in group])
+            origin = tuple(k for g in group for k in g.origin)
+            if calls:
+                self.record("calls-as-text", s.origin, why)
+            results = [g for g in group if g.m.role == "tool"]
+            if results:
+                self.record("results-as-text", [k for g in results for k in g.origin], why)
+            for m in written:  # assistant text, then one turn for the results
+                own = s.origin if m.role == "assistant" else tuple(
+                    k for g in results for k in g.origin) or origin
+                out.append(_Slot(m, own))
+            i = j
+        return out
+
+    # ------------------------------------------------------------ 2. text beside calls
+
+    def text_beside_calls(self, slots: list[_Slot]) -> list[_Slot]:
+        if self.cap.turn_text_with_calls:
+            return slots
+        if self.cap.turn_alternate:  # a turn of its own would break alternation
+            return self._as_text(slots, lambda s: bool(_text(s.m.content).strip()),
+                                 "text-with-calls")
+        out: list[_Slot] = []
+        for s in slots:
+            m = s.m
+            if m.role == "assistant" and m.tool_calls and _text(m.content).strip():
+                out.append(_Slot(Message("assistant", m.content,
+                                         reasoning_content=m.reasoning_content), s.origin))
+                out.append(_Slot(Message("assistant", None, m.tool_calls), s.origin))
+                self.record("text-split-from-calls", s.origin, "text-with-calls")
+            else:
+                out.append(s)
+        return out
+
+    # ------------------------------------------------------------ 3. results after calls
+
+    def results_after_calls(self, slots: list[_Slot]) -> list[_Slot]:
+        if not self.cap.turn_results_follow_calls:
+            return slots
+        out: list[_Slot] = []
+        placed: set[int] = set()
+        by_id: dict[str, int] = {}
+        for k, s in enumerate(slots):
+            if s.m.role == "tool" and s.m.tool_call_id:
+                by_id.setdefault(s.m.tool_call_id, k)
+        for k, s in enumerate(slots):
+            if k in placed:
+                continue
+            m = s.m
+            if m.role == "tool":
+                # a result that no earlier turn asked for: text the template can take
+                orphan = [self._orphan(s)]
+                out.extend(orphan)
+                placed.add(k)
+                continue
+            out.append(s)
+            placed.add(k)
+            if m.role != "assistant" or not m.tool_calls:
+                continue
+            taken: list[int] = []  # the results of these calls, in call order
+            for c in m.tool_calls:
+                r = by_id.get(c.id or "")
+                if r is not None and r not in placed and r > k:
+                    taken.append(r)
+            for r in taken:
+                out.append(slots[r])
+                placed.add(r)
+            if taken != list(range(k + 1, k + 1 + len(taken))):
+                self.record("results-moved", [i for r in taken for i in slots[r].origin],
+                            "results-follow")
+        return out
+
+    def _orphan(self, s: _Slot) -> _Slot:
+        written = self.to_text([s.m])
+        self.record("results-as-text", s.origin, "orphan-result")
+        return _Slot(written[-1] if written else Message("user", _text(s.m.content)), s.origin)
+
+    # ------------------------------------------------------------ 4. system texts
+
+    def systems(self, slots: list[_Slot]) -> list[_Slot]:
+        mode = self.cap.turn_system
+        if mode == "anywhere":
+            return slots
+        stable = self.cap.turn_system_stable
+        lead = 0
+        while lead < len(slots) and slots[lead].m.role == "system":
+            lead += 1
+        carried: list[tuple[int, _Slot, str]] = []  # (position, system slot, why)
+        out: list[_Slot] = []
+        first: _Slot | None = None
+        for k, s in enumerate(slots):
+            if s.m.role != "system":
+                out.append(s)
+                continue
+            if mode == "none":
+                carried.append((len(out), s, "system-none"))
+            elif k < lead and (k == 0 or mode == "leading"):
+                if mode == "first" or first is None:
+                    first = first or s
+                out.append(s)
+            elif k < lead:  # mode first: a second leading system message
+                if stable:
+                    carried.append((len(out), s, "system-stable"))
+                else:
+                    assert first is not None
+                    self._fold(first, s, "system-first")
+            elif first is not None and not stable:
+                self._fold(first if mode == "first" else out[lead - 1], s,
+                           "system-first" if mode == "first" else "system-leading")
+            elif first is None and not stable:
+                out.insert(0, _Slot(s.m, s.origin))  # the only system text: to the front
+                first = out[0]
+                lead = 1
+                self.record("system-moved-to-start", s.origin,
+                            "system-first" if mode == "first" else "system-leading")
+            else:
+                carried.append((len(out), s, "system-stable"))
+        for pos, s, why in reversed(carried):
+            self._carry(out, pos, s, why)
+        return out
+
+    def _fold(self, into: _Slot, s: _Slot, why: str) -> None:
+        into.m = _with_content(into.m, _join(into.m.content, s.m.content, self.join))
+        into.origin = (*into.origin, *s.origin)
+        self.record("system-folded", (*into.origin[:1], *s.origin), why)
+
+    def _carry(self, out: list[_Slot], pos: int, s: _Slot, why: str) -> None:
+        """A system text into the first user turn at or after `pos` (or a new one)."""
+        block = self.block(_text(s.m.content))
+        for k in range(pos, len(out)):
+            u = out[k]
+            if u.m.role == "user":
+                u.m = _with_content(u.m, _join(block, u.m.content, self.join))
+                u.origin = (*u.origin, *s.origin)
+                self.record("system-to-user-turn", (*s.origin, *u.origin[:1]), why)
+                return
+        out.append(_Slot(Message("user", block), s.origin))
+        self.record("system-to-new-user-turn", s.origin, why)
+
+    # ------------------------------------------------------------ 5. alternation
+
+    def alternate(self, slots: list[_Slot]) -> list[_Slot]:
+        """User turns and assistant turns without calls alternate, a user turn first. An
+        assistant turn with calls and its results stand between them freely (templates
+        that have a tool role check alternation on the other turns); a text turn right
+        before a calls turn joins it."""
+        if not self.cap.turn_alternate:
+            return slots
+        joined: list[_Slot] = []
+        for s in slots:
+            prev = joined[-1] if joined else None
+            if prev is not None and s.m.role == "assistant" and s.m.tool_calls and \
+                    prev.m.role == "assistant" and not prev.m.tool_calls:
+                prev.m = _merge(prev.m, s.m, self.join)
+                prev.origin = (*prev.origin, *s.origin)
+                self.record("merged", prev.origin, "alternate")
+                continue
+            joined.append(s)
+        out: list[_Slot] = []
+        last: _Slot | None = None  # the last counted turn
+        for s in joined:
+            role = s.m.role
+            if role in ("system", "tool") or (role == "assistant" and s.m.tool_calls):
+                out.append(s)
+                continue
+            if last is None and role == "assistant":
+                last = _Slot(Message("user", ""), s.origin)
+                out.append(last)
+                self.record("user-turn-added", s.origin, "alternate")
+            if last is not None and last.m.role == role:
+                if out[-1] is last:  # right after a turn of its own role: one turn
+                    last.m = _merge(last.m, s.m, self.join)
+                    last.origin = (*last.origin, *s.origin)
+                    self.record("merged", last.origin, "alternate")
+                    continue
+                # calls and results stand between two turns of one role: an empty turn of
+                # the other role keeps the order of what was said
+                filler = Message("assistant" if role == "user" else "user", "")
+                out.append(_Slot(filler, s.origin))
+                self.record(f"{filler.role}-turn-added", s.origin, "alternate")
+            out.append(s)
+            last = s
+        return out
+
+    # ------------------------------------------------------------ 6. content
+
+    def content(self, slots: list[_Slot]) -> list[_Slot]:
+        if not self.cap.turn_content_required:
+            return slots
+        for s in slots:
+            if s.m.role == "assistant" and s.m.tool_calls and s.m.content is None:
+                s.m = _with_content(s.m, "")
+                self.record("content-added", s.origin, "content")
+        return slots
+
+
+# ---------------------------------------------------------------- content helpers
+
+def _text(content: Any) -> str:
+    if content is None:
+        return ""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, (list, tuple)):
+        return "".join(p.text or "" if isinstance(p, ContentPart) else
+                       (p if isinstance(p, str) else "") for p in content)
+    return str(content)
+
+
+def _parts(content: Any) -> tuple[Any, ...]:
+    if content is None or content == "":
+        return ()
+    if isinstance(content, (list, tuple)):
+        return tuple(content)
+    return (ContentPart("text", text=content if isinstance(content, str) else str(content)),)
+
+
+def _join(a: Any, b: Any, sep: str) -> Any:
+    """Two contents as one: text joined by `sep`; media parts kept in order."""
+    if (a is None or isinstance(a, str)) and (b is None or isinstance(b, str)):
+        return sep.join(x for x in (a, b) if x) if (a or b) else a if b is None else b
+    left, right = _parts(a), _parts(b)
+    if left and right:
+        return (*left, ContentPart("text", text=sep), *right)
+    return left or right
+
+
+def _with_content(m: Message, content: Any) -> Message:
+    return Message(m.role, content, m.tool_calls, m.tool_call_id, m.name, m.reasoning_content,
+                   m.is_error)
+
+
+def _merge(a: Message, b: Message, sep: str) -> Message:
+    """Two consecutive turns of one role as one: texts joined, calls kept in order."""
+    reasoning = "\n\n".join(x for x in (a.reasoning_content, b.reasoning_content) if x) or None
+    return Message(a.role, _join(a.content, b.content, sep), (*a.tool_calls, *b.tool_calls),
+                   a.tool_call_id, a.name, reasoning, a.is_error)

@@ -13,6 +13,7 @@ from ._errors import (
     CapabilityError,
     InputTooLargeError,
     ParseError,
+    ParseTimeoutError,
     Problem,
     RuleError,
     SchemaError,
@@ -69,10 +70,12 @@ from .calls._validation import ToolEnvelope, ValidationError, ValidationResult
 from .clients import LocalModel, ModelClient, ScriptedModel
 from .clients._connect import connect
 from .clients._errors import ProviderError
+from .dialects._parser import parse_deadline
 from .emulation._chat import ChatPrompt
 from .emulation._grammar import CallGrammar
 from .emulation._part import build_emulation_prompt
 from .emulation._rules import EmulationPrompt, EmulationStyle
+from .emulation._turns import TurnRewrite, Turns
 from .runtime import (
     LoopEvent,
     LoopEventType,
@@ -106,6 +109,7 @@ __all__ = [
     "ModelClient",
     "ModelSpec",
     "ParseError",
+    "ParseTimeoutError",
     "ParsedResponse",
     "Policy",
     "Problem",
@@ -132,6 +136,8 @@ __all__ = [
     "ToolResultConfig",
     "ToolrulesError",
     "TruncatedResult",
+    "TurnRewrite",
+    "Turns",
     "UnknownRuleError",
     "UnsupportedContentError",
     "ValidationError",
@@ -154,6 +160,7 @@ __all__ = [
     "load",
     "namespace_tools",
     "optimize_tool_definitions",
+    "parse_deadline",
     "plan_parallel_execution",
     "should_retry",
     "truncate_result",

@@ -5,7 +5,8 @@
      ├── UnknownRuleError     a name that no rule defines (provider, dialect, template ...)
      │    └── (KeyError)
      ├── ParseError           model output or a body cannot be read at all
-     │    └── (ValueError)
+     │    ├── (ValueError)
+     │    └── ParseTimeoutError   reading one output took longer than its deadline
      ├── SchemaError          a tool schema cannot be made to fit a provider's rules
      │    └── (ValueError)
      ├── InputTooLargeError   an input is over its size limit
@@ -25,6 +26,7 @@ __all__ = [
     "CapabilityError",
     "InputTooLargeError",
     "ParseError",
+    "ParseTimeoutError",
     "Problem",
     "RuleError",
     "SchemaError",
@@ -94,6 +96,16 @@ class UnknownRuleError(ToolrulesError, KeyError):
 
 class ParseError(ToolrulesError, ValueError):
     """An input that cannot be read at all (wrong type, not a body of the expected shape)."""
+
+
+class ParseTimeoutError(ParseError):
+    """Reading one model output took longer than the parse deadline in force
+    (`toolrules.parse_deadline`; the proxy's and the loop's `parse_timeout`). The request
+    or run that waited for it ends; `text` holds the output read so far (for the trace)."""
+
+    def __init__(self, message: str, text: str | None = None):
+        super().__init__(message)
+        self.text = text
 
 
 class SchemaError(ToolrulesError, ValueError):

@@ -21,7 +21,7 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlencode, urlsplit
 
-from .._errors import ToolrulesError
+from .._errors import ParseTimeoutError, ToolrulesError
 from .._types import Message, ParsedResponse, StreamChunk, Tool
 from .._version import __version__
 from ..calls._tool_errors import ToolErrorCode
@@ -339,6 +339,8 @@ class HttpModel:
         try:
             parsed = self.engine.parse_response(data, self.provider, tools=tools,
                                                 model=self.as_model)
+        except ParseTimeoutError:
+            raise  # the caller's deadline, not the upstream's fault
         except ToolrulesError as exc:
             raise self._fail(f"cannot read the answer: {exc}",
                              code=ToolErrorCode.EXECUTION) from None
@@ -403,6 +405,8 @@ class HttpModel:
                     exc, 1, f"in the middle of the stream (after {len(events)} events)")
             except FramingError as exc:
                 failure = self._fail(f"unreadable stream: {exc}", code=ToolErrorCode.EXECUTION)
+            except ParseTimeoutError:
+                raise  # the caller's deadline, not the upstream's fault
             except ToolrulesError as exc:
                 failure = self._fail(f"cannot read the stream: {exc}",
                                      code=ToolErrorCode.EXECUTION)

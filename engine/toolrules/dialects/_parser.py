@@ -10,9 +10,13 @@
 
 from __future__ import annotations
 
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from typing import TYPE_CHECKING, Any
 
-from .._errors import InputTooLargeError, ParseError, UnknownRuleError
+from .._errors import InputTooLargeError, ParseError, ParseTimeoutError, UnknownRuleError
 from .._types import ParsedResponse, StreamChunk, coerce_tools
 from ..rules._part import Part
 
@@ -20,9 +24,28 @@ if TYPE_CHECKING:  # the scanner is imported on first use: `import toolrules` st
     from ._compile import Dialect
     from ._scanner import Machine, Sink
 
-__all__ = ["DialectsPart", "TextParser", "TextStream"]
+__all__ = ["DialectsPart", "TextParser", "TextStream", "parse_deadline"]
 
 MAX_TEXT_CHARS = 16 * 1024 * 1024
+
+# Seconds one output may take to read, in the current context (a proxy request, a loop
+# run): parsers made or used under it stop with ParseTimeoutError past it. None: no limit.
+_DEADLINE: ContextVar[float | None] = ContextVar("toolrules_parse_deadline", default=None)
+
+
+@contextmanager
+def parse_deadline(seconds: float | None) -> Iterator[None]:
+    """Within this block (and the tasks started in it), reading one model output with a
+    text parser may take at most `seconds` of parsing time, whole or summed over a
+    stream's deltas; past it the parser raises ParseTimeoutError instead of going on.
+    `toolrules serve` and the tool loop read every reply under one (`parse_timeout`)."""
+    if seconds is not None and seconds <= 0:
+        raise ValueError(f"a parse deadline is a positive number of seconds, not {seconds!r}")
+    token = _DEADLINE.set(seconds)
+    try:
+        yield
+    finally:
+        _DEADLINE.reset(token)
 
 
 class TextParser:
@@ -64,6 +87,7 @@ class TextParser:
         sink.decline = self.decline
         m = Machine(self.dialect, sink, self.repairs, self.tools)
         m.restore(self._start)
+        m.limit = _DEADLINE.get()
         return m
 
     def parse(self, text: str, finish_reason: str | None = "stop") -> ParsedResponse:
@@ -73,13 +97,25 @@ class TextParser:
         if len(text) > self.max_chars:
             raise InputTooLargeError(f"model output is {len(text)} characters; the limit is "
                                      f"{self.max_chars} (text_parser(max_chars=...))")
+        limit = _DEADLINE.get()
+        started = time.perf_counter() if limit is not None else 0.0
         if self._whole is not None:
             result = self._parse_whole(self._whole, text, finish_reason)
+            if limit is not None and time.perf_counter() - started > limit:
+                raise ParseTimeoutError(f"reading the model's output ({len(text)} characters) "
+                                        f"took longer than the parse deadline ({limit:g} s)",
+                                        text)
             if result is not None:
                 return result
         m = self._machine(streaming=False)
+        if limit is not None:
+            m.spent = time.perf_counter() - started
         m.load(text)
-        m.close(finish_reason)
+        try:
+            m.close(finish_reason)
+        except ParseTimeoutError as exc:
+            exc.text = text
+            raise
         return _result(m.sink, finish_reason, text, self.heuristics)
 
     def stream(self) -> TextStream:
@@ -95,6 +131,8 @@ class TextStream:
         self._m = parser._machine(streaming=True)
         self._closed = False
         self._chars = 0
+        # under a deadline the text is kept, so a timeout can show what was read
+        self._seen: list[str] | None = [] if self._m.limit is not None else None
         self.result: ParsedResponse | None = None
 
     def feed(self, delta: str) -> list[StreamChunk]:
@@ -107,7 +145,13 @@ class TextStream:
             raise InputTooLargeError(f"streamed output passed {self._parser.max_chars} "
                                      "characters (text_parser(max_chars=...))")
         m = self._m
-        m.feed(delta)
+        if self._seen is not None:
+            self._seen.append(delta)
+        try:
+            m.feed(delta)
+        except ParseTimeoutError as exc:
+            exc.text = "".join(self._seen or ())
+            raise
         out, m.sink.out = m.sink.out, []
         return out
 
@@ -116,7 +160,11 @@ class TextStream:
             return []
         self._closed = True
         m = self._m
-        m.close(finish_reason)
+        try:
+            m.close(finish_reason)
+        except ParseTimeoutError as exc:
+            exc.text = "".join(self._seen or ())
+            raise
         self.result = _result(m.sink, finish_reason, None, self._parser.heuristics)
         out, m.sink.out = m.sink.out, []
         return out

@@ -16,10 +16,11 @@ import itertools
 import json
 import re
 import secrets
+import time
 from collections.abc import Callable
 from typing import Any, cast
 
-from .._errors import ParseError
+from .._errors import ParseError, ParseTimeoutError
 from .._types import StreamChunk, StreamChunkType, ToolCall
 from ._compile import CallDef, Dialect, MarkerTable, ParamDef, Region
 from ._jsonscan import Balanced, NestingTooDeep, RepairFailed, loads, repair_json, too_deep
@@ -48,6 +49,7 @@ _PROBE_CHARS = 512
 # and the position instead of spinning.
 _STEPS_PER_CHAR = 16
 _STEPS_BASE = 1024
+_CLOCK_STEPS = 64  # under a parse deadline, the clock is read every this many steps
 _NAME_PROBE = re.compile(r'"([A-Za-z_]+)"\s*:\s*"([^"\\]{1,128})"')
 _KEY_REPAIRS = {"function": "function-key", "args": "args-key", "parameters": "parameters-key"}
 _TOO_DEEP = "nesting-too-deep"  # a value nested past MAX_DEPTH: the call is kept as text
@@ -277,8 +279,8 @@ class Machine:
     """Runs one dialect over one output (and, first, over the generation prompt)."""
 
     __slots__ = ("_pending_call", "allowed", "buf", "call", "chars", "d", "dropped", "final",
-                 "header", "header_msg", "lead", "pos", "region", "sink", "start_ok",
-                 "start_skip", "steps", "tools", "undecided")
+                 "header", "header_msg", "lead", "limit", "pos", "region", "sink", "spent",
+                 "start_ok", "start_skip", "steps", "tools", "undecided")
 
     def __init__(self, dialect: Dialect, sink: Sink, repairs: frozenset[str],
                  tools: dict[str, Any]):
@@ -301,6 +303,8 @@ class Machine:
         self.chars = 0         # characters given to the machine (the step budget)
         self.steps = 0         # progressing steps taken
         self.dropped = 0       # characters read and dropped from the front of `buf`
+        self.limit: float | None = None  # seconds this output may take (parse_deadline)
+        self.spent = 0.0       # seconds taken so far (with a limit)
 
     # ------------------------------------------------------------ driving
 
@@ -369,6 +373,35 @@ class Machine:
     def _run(self, final: bool) -> None:
         self.final = final
         budget = _STEPS_BASE + _STEPS_PER_CHAR * self.chars
+        if self.limit is not None:
+            self._timed(final, budget)
+        else:
+            self._loop(final, budget)
+        if self.pos:
+            self.dropped += self.pos
+            self.buf = self.buf[self.pos:]
+            self.pos = 0
+
+    def _timed(self, final: bool, budget: int) -> None:
+        """_loop under the parse deadline: the time is checked every _CLOCK_STEPS steps
+        and when the run ends (a stream's deltas add up)."""
+        limit = cast(float, self.limit)
+        started = time.perf_counter()
+        try:
+            self._loop(final, budget, started + limit - self.spent)
+        finally:
+            self.spent += time.perf_counter() - started
+        if self.spent > limit:
+            raise self._late()
+
+    def _late(self) -> ParseTimeoutError:
+        return ParseTimeoutError(
+            f"dialect {self.d.id!r}: reading the model's output took longer than the parse "
+            f"deadline ({self.limit:g} s) at character {self.dropped + self.pos} of "
+            f"{self.chars}; the request ends here (raise the deadline with parse_timeout "
+            "if such outputs are expected)")
+
+    def _loop(self, final: bool, budget: int, until: float | None = None) -> None:
         while True:
             # what a progressing step must change, read cheaply (this runs per delta)
             pos, size, call, region, header = (self.pos, len(self.buf), self.call,
@@ -391,10 +424,9 @@ class Machine:
                     and self.region is region and self.header is header \
                     and (call is None or _phase(call) == phase):
                 raise self._stuck("a step reported progress but changed nothing")
-        if self.pos:
-            self.dropped += self.pos
-            self.buf = self.buf[self.pos:]
-            self.pos = 0
+            if until is not None and not self.steps % _CLOCK_STEPS \
+                    and time.perf_counter() > until:
+                raise self._late()
 
     def _stuck(self, why: str) -> ParseError:
         run = self.call

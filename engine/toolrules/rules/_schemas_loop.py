@@ -14,7 +14,8 @@ __all__ = ["LOOP_DEFAULTS", "LOOP_MESSAGES", "LOOP_PLACEHOLDERS", "TABLE_SCHEMAS
 LOOP_MESSAGES = ("nudge", "finalize", "round_limit", "call_limit", "call_not_run",
                  "repeated_call", "repeated_stop")
 LOOP_PLACEHOLDERS = ("tool", "tools", "limit", "count", "attempt", "code")
-LOOP_DEFAULTS = ("max_rounds", "max_tool_calls", "repeat_limit", "max_nudges", "auto_retries")
+LOOP_DEFAULTS = ("max_rounds", "max_tool_calls", "repeat_limit", "max_nudges", "auto_retries",
+                 "parse_timeout")
 
 
 def _text(doc: str) -> dict[str, Any]:

@@ -101,6 +101,10 @@ _SERVER = _section("server limits and behaviour", {
     "max_retries": _int("default retries of transient upstream failures", "max_retries: 0"),
     "builtin_tools": _str(_BUILTIN_DOC + " - the routes' default", "builtin_tools: omit",
                           allowed=list(BUILTIN_TOOLS)),
+    "parse_timeout": _num("seconds one upstream reply may take to read (parsed whole or over "
+                          "its stream); past it that request ends with a 502 in the "
+                          "client's error shape, the others go on (0: no limit)",
+                          "parse_timeout: 5"),
 })
 
 SERVE_SCHEMA: dict[str, Any] = {

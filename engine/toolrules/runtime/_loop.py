@@ -33,6 +33,8 @@ Guardrails and what they do (texts from rules/loop.yaml):
 - `tool_failure_policy`: "fatal" stops at the first failed tool (stopped="tool_failed");
   "tolerated" feeds failures back. Default: fatal when enforced, else tolerated.
 - `fix_empty_final`: an empty final answer gets one finalization turn without tools.
+- `parse_timeout`: reading one answer (its raw text parsed for calls) may take this many
+  seconds; past it the run stops (stopped="parse_timeout"), the raw text in the trace.
 """
 
 from __future__ import annotations
@@ -45,6 +47,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from .._errors import ParseTimeoutError
 from .._types import (
     Message,
     ParsedResponse,
@@ -55,6 +58,7 @@ from .._types import (
 )
 from ..calls._tool_errors import ToolError, ToolErrorCode, error_rules
 from ..calls._validation import fill, validation_rules
+from ..dialects._parser import parse_deadline
 from ..rules._default import resolve_engine
 from ._events import LoopEvent, LoopEventType, LoopOutcome
 from ._trace import TRACE_VERSION, Trace, redactor_for
@@ -128,7 +132,7 @@ class ToolLoop:
                  max_tool_args_bytes: int | None = None,
                  max_tool_output_bytes: int | None = None, tool_choice: Any = "auto",
                  system: str | None = None, trace_path: str | Path | None = None,
-                 engine: Any = None, **options: Any):
+                 parse_timeout: float | None = None, engine: Any = None, **options: Any):
         if tool_use_mode not in TOOL_USE_MODES:
             raise ValueError(f"tool_use_mode must be one of {', '.join(TOOL_USE_MODES)}, "
                              f"not {tool_use_mode!r}")
@@ -150,6 +154,8 @@ class ToolLoop:
         self.repeat_limit = d["repeat_limit"] if repeat_limit is None else int(repeat_limit)
         self.max_nudges = d["max_nudges"] if max_nudges is None else int(max_nudges)
         self.auto_retries = d["auto_retries"] if auto_retries is None else int(auto_retries)
+        self.parse_timeout: float = d.get("parse_timeout", 0) if parse_timeout is None \
+            else float(parse_timeout)
         self.max_tool_args_bytes = (vrules.max_tool_args_bytes if max_tool_args_bytes is None
                                     else int(max_tool_args_bytes))
         self.max_tool_output_bytes = (vrules.max_tool_output_bytes if max_tool_output_bytes
@@ -284,11 +290,19 @@ class ToolLoop:
                     and self.forces_calls):
                 choice = "required"
             parsed = None
-            async for ev in self._ask(run, offer, stream, choice):
-                if isinstance(ev, ParsedResponse):
-                    parsed = ev
-                else:
-                    yield ev
+            try:
+                async for ev in self._ask(run, offer, stream, choice):
+                    if isinstance(ev, ParsedResponse):
+                        parsed = ev
+                    else:
+                        yield ev
+            except ParseTimeoutError as exc:
+                # the answer could not be read in time: the run ends, the raw text is kept
+                run.trace.add({"type": "error", "round": run.rounds, "error": "parse_timeout",
+                               "message": str(exc), "raw": exc.text})
+                yield self._notice(run, "parse_timeout", str(exc))
+                stopped, error = "parse_timeout", str(exc)
+                break
             assert parsed is not None
             calls = parsed.tool_calls if offer else ()
             if parsed.tool_calls and not offer:
@@ -383,6 +397,28 @@ class ToolLoop:
         tool_arg = tools or None
         choice_arg = (choice if choice is not None else self.tool_choice) if tools else None
         started = time.perf_counter()
+        parsed = None
+        async for item in self._model_answer(run, msgs, tools, tool_arg, choice_arg, stream):
+            if isinstance(item, ParsedResponse):
+                parsed = item
+            else:
+                yield item
+        elapsed = (time.perf_counter() - started) * 1000.0
+        rewrites = [r.as_dict() for r in getattr(self.model, "last_rewrites", ())]
+        run.trace.add({"type": "turn", "round": rnd,
+                       "request": {"history": run.sent, "messages": msgs[run.sent:],
+                                   "tools": [t.name for t in tools],
+                                   "tool_choice": choice_arg,
+                                   **({"rewrites": rewrites} if rewrites else {})},
+                       "response": parsed, "ms": round(elapsed, 3)})
+        run.sent = len(msgs)
+        yield parsed
+
+    async def _model_answer(self, run: _Run, msgs: list[Message], tools: tuple[Tool, ...],
+                      tool_arg: tuple[Tool, ...] | None, choice_arg: Any,
+                      stream: bool) -> AsyncIterator[Any]:
+        """The model's answer to one turn: its events, then the ParsedResponse."""
+        rnd = run.rounds
         if stream:
             parsed = None
             async for item in self._streamed(run, msgs, tool_arg, choice_arg):
@@ -392,10 +428,12 @@ class ToolLoop:
                     yield item
             assert parsed is not None
         else:
-            if choice_arg is None:
-                parsed = await self.model.generate(msgs, tool_arg, **self.options)
-            else:
-                parsed = await self.model.generate(msgs, tool_arg, choice_arg, **self.options)
+            with parse_deadline(self.parse_timeout or None):  # the answer is read under it
+                if choice_arg is None:
+                    parsed = await self.model.generate(msgs, tool_arg, **self.options)
+                else:
+                    parsed = await self.model.generate(msgs, tool_arg, choice_arg,
+                                                       **self.options)
             if tools and parsed.tool_calls:
                 calls = tuple(self._fresh(run, c, i) for i, c in enumerate(parsed.tool_calls))
                 if any(a is not b for a, b in zip(calls, parsed.tool_calls, strict=True)):
@@ -409,13 +447,6 @@ class ToolLoop:
             if tools:
                 for i, c in enumerate(parsed.tool_calls):
                     yield LoopEvent(_T.TOOL_CALL, rnd, call=c, index=i)
-        elapsed = (time.perf_counter() - started) * 1000.0
-        run.trace.add({"type": "turn", "round": rnd,
-                       "request": {"history": run.sent, "messages": msgs[run.sent:],
-                                   "tools": [t.name for t in tools],
-                                   "tool_choice": choice_arg},
-                       "response": parsed, "ms": round(elapsed, 3)})
-        run.sent = len(msgs)
         yield parsed
 
     async def _streamed(self, run: _Run, msgs: list[Message], tools: tuple[Tool, ...] | None,
@@ -429,7 +460,7 @@ class ToolLoop:
             chunks = self.model.stream(msgs, tools, **self.options)
         else:
             chunks = self.model.stream(msgs, tools, choice, **self.options)
-        async for chunk in chunks:
+        async for chunk in _under_deadline(chunks, self.parse_timeout or None):
             kind = chunk.type
             if kind is StreamChunkType.TEXT:
                 if chunk.content:
@@ -598,6 +629,19 @@ class ToolLoop:
         if result.tool_error is None:
             result = ToolResult(result.call_id, result.name, result.output, result.error, error)
         return result, _error_body(result, hint), "failed"
+
+
+async def _under_deadline(chunks: Any, seconds: float | None) -> AsyncIterator[Any]:
+    """A model's stream, each step of it read under the parse deadline (the deadline is
+    set around each step, never across a yield)."""
+    it = chunks.__aiter__()
+    while True:
+        with parse_deadline(seconds):
+            try:
+                chunk = await it.__anext__()
+            except StopAsyncIteration:
+                return
+        yield chunk
 
 
 def _error_body(result: ToolResult, hint: str | None) -> str:

@@ -26,10 +26,11 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from .._errors import ToolrulesError, UnsupportedContentError
+from .._errors import ParseTimeoutError, ToolrulesError, UnsupportedContentError
 from .._types import ParsedResponse
 from ..calls._tool_errors import ToolErrorCode
 from ..clients._errors import ProviderError
+from ..dialects._parser import parse_deadline
 from ._config import Route, ServeConfig
 from ._exchange import Exchange, estimate_tokens, options_for, safe_error, unwritable_options
 
@@ -74,6 +75,18 @@ def upstream_failure(exc: ProviderError) -> _Reject:
     elif out in (502, 504):
         message = f"upstream {exc.provider}: {message}"
     return _Reject(out, message, headers)
+
+
+def _late_reject(exc: ParseTimeoutError) -> _Reject:
+    return _Reject(502, f"the upstream's answer could not be read within the proxy's parse "
+                        f"deadline (server.parse_timeout): {safe_error(exc)}")
+
+
+def _record_late(trace: Any, exc: ParseTimeoutError) -> None:
+    """The raw text of a reply that took too long to read goes to the trace."""
+    if trace is not None:
+        trace.add({"type": "error", "error": "parse_timeout", "message": str(exc),
+                   "raw": exc.text})
 
 
 class _Upstreams:
@@ -177,6 +190,12 @@ class ServeApp:
     # ------------------------------------------------------------ the API endpoints
 
     async def handle(self, request: Any, front: Any) -> Any:
+        # every reply is read under the parse deadline: a reply that takes too long to
+        # read ends its request, and the worker goes on serving the others
+        with parse_deadline(self.config.server.parse_timeout or None):
+            return await self._handle(request, front)
+
+    async def _handle(self, request: Any, front: Any) -> Any:
         from starlette.responses import Response
 
         started = time.perf_counter()
@@ -240,6 +259,9 @@ class ServeApp:
                 return await self._stream(front, ex, body, requested, info, started, trace)
             try:
                 parsed = await ex.complete()
+            except ParseTimeoutError as exc:
+                _record_late(trace, exc)
+                raise
             finally:
                 if trace is not None:
                     trace.close()
@@ -257,6 +279,9 @@ class ServeApp:
             failure = upstream_failure(exc)
             info.update(status=failure.status, error=exc.code.name)
             return self._error_response(front, failure)
+        except ParseTimeoutError as exc:
+            info.update(status=502, error=type(exc).__name__)
+            return self._error_response(front, _late_reject(exc))
         except UnsupportedContentError as exc:
             # content the route cannot carry (a block no rule reads, media the upstream
             # API or model cannot take): the client's request is refused, never trimmed
@@ -395,6 +420,11 @@ class ServeApp:
             failure = upstream_failure(exc)
             info.update(error=exc.code.name, stream_error=failure.status)
             yield writer.error(failure.status, failure.message, front=front)
+        except ParseTimeoutError as exc:
+            info.update(error=type(exc).__name__, stream_error=502)
+            _record_late(trace, exc)
+            late = _late_reject(exc)
+            yield writer.error(late.status, late.message, front=front)
         except ToolrulesError as exc:
             info.update(error=type(exc).__name__, stream_error=500)
             yield writer.error(500, f"the proxy could not answer: {safe_error(exc)}",

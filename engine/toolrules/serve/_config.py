@@ -115,6 +115,7 @@ class ServerSettings:
     connect_timeout: float = 10.0
     max_retries: int = 0
     builtin_tools: str = "omit"
+    parse_timeout: float = 5.0
 
 
 @dataclass(frozen=True)
@@ -250,7 +251,8 @@ def load_config(engine: Any, path: str | os.PathLike[str] | None = None, *,
         timeout=float(srv.get("timeout", ServerSettings.timeout)),
         connect_timeout=float(srv.get("connect_timeout", ServerSettings.connect_timeout)),
         max_retries=int(srv.get("max_retries", ServerSettings.max_retries)),
-        builtin_tools=str(srv.get("builtin_tools") or ServerSettings.builtin_tools))
+        builtin_tools=str(srv.get("builtin_tools") or ServerSettings.builtin_tools),
+        parse_timeout=float(srv.get("parse_timeout", ServerSettings.parse_timeout)))
     route_data = [r for r in data.get("routes") or () if isinstance(r, dict)]
     if upstream:
         provider, _sep, model = upstream.partition(":")

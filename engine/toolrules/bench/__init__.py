@@ -1,7 +1,9 @@
 """`toolrules bench`: performance figures, reported as measured side by side in one run.
 
 Benchmarks are not pass/fail tests. Each concern contributes a section: a function
-`bench(engine, quick) -> list[tuple[str, str]]` (label, figure), listed in `SECTIONS`.
+`bench(engine, quick) -> list[tuple[str, str]]` (label, figure), listed in `SECTIONS`. A
+figure held to a limit carries a third element, "ok" or why not: `toolrules bench
+--check` exits 1 when one is not ok (CI checks the `hostile` section so).
 """
 
 from __future__ import annotations
@@ -9,15 +11,16 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from . import _dialects, _emulation, _local, _models, _providers, _runtime, _serve
+from . import _dialects, _emulation, _limits, _local, _models, _providers, _runtime, _serve
 
 __all__ = ["SECTIONS"]
 
-Section = Callable[[Any, bool], list[tuple[str, str]]]
+Section = Callable[[Any, bool], list[tuple[str, ...]]]
 
 SECTIONS: tuple[tuple[str, Section], ...] = (
     ("models", _models.bench),
     ("dialects", _dialects.bench),
+    ("hostile", _limits.bench),
     ("providers", _providers.bench),
     ("emulation", _emulation.bench),
     ("runtime", _runtime.bench),

@@ -16,7 +16,10 @@ from typing import Any
 
 import yaml
 
-__all__ = ["Sample", "Shape", "hostile_shapes", "sample"]
+__all__ = ["RUN_SIZES", "Sample", "Shape", "hostile_shapes", "sample", "word_runs"]
+
+# Runs of word characters around the old payload-head limit (256) and far past it.
+RUN_SIZES = (255, 256, 257, 1_000, 200_000)
 
 
 @dataclass(frozen=True)
@@ -142,4 +145,43 @@ def hostile_shapes(engine: Any, dialect: str, cases_dir: Path, big: int = 200_00
         out.append(Shape("marker soup", soup * max(1, run // len(soup)), None, None))
     out.append(Shape("spaces", " " * run, None, None))
     out.append(Shape("newlines", "\n" * run, None, None))
+    return out
+
+
+def _word(n: int) -> str:
+    """n word characters, as a digest or a long identifier writes them."""
+    unit = "deadbeef0123456789_cafe"
+    return (unit * (n // len(unit) + 1))[:n]
+
+
+def word_runs(engine: Any, dialect: str, cases_dir: Path,
+              sizes: tuple[int, ...] = RUN_SIZES) -> list[Shape]:
+    """Runs of word characters (a hex digest, a long identifier) wherever a reply can hold
+    them: at its start, after prose, before a call, in place of a call's name, inside its
+    payload and its value, and right after each of the dialect's markers."""
+    d = engine.dialect(dialect)
+    s = sample(engine, dialect, cases_dir)
+    out: list[Shape] = []
+    for n in sizes:
+        w = _word(n)
+        out.append(Shape(f"run-{n} at the start", w, None, None))
+        out.append(Shape(f"run-{n} after prose", "The hash is " + w, None, None))
+        if s is not None:
+            tools, prompt = s.tools, s.prompt
+            out.append(Shape(f"run-{n} then a call", w + "\n" + s.text, tools, prompt))
+            out.append(Shape(f"run-{n} at the start of a call's place", w + s.text, tools,
+                             prompt))
+            named = s.text.find(s.name)
+            if named >= 0:
+                out.append(Shape(f"run-{n} as the call's name", s.text[:named] + w +
+                                 s.text[named + len(s.name):], tools, prompt))
+            value = s.text[s.start:s.end]
+            q = value[0] if s.quoted else ""
+            out.append(Shape(f"run-{n} inside the payload", s.text[:s.start] + w +
+                             s.text[s.end:], tools, prompt))
+            if q:
+                out.append(Shape(f"run-{n} inside the value", s.text[:s.start] + q + w + q +
+                                 s.text[s.end:], tools, prompt))
+        for m in _markers(d):
+            out.append(Shape(f"run-{n} after {m!r}", m + w, None, None))
     return out

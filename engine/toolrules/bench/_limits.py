@@ -1,0 +1,67 @@
+"""Section `hostile`: the parser's worst case over hostile input, held to its limit.
+
+Every dialect reads the hostile shapes (bench/_hostile.py: deep nesting, huge arguments,
+marker runs ...) and runs of word characters wherever a reply can hold them (at its
+start, after prose, as a call's name, inside a payload, after each marker), whole and in
+1-character deltas. The worst µs per KB of each mode is held to LIMIT_US_PER_KB:
+`toolrules bench hostile --check` exits 1 above it (CI runs it). CPU time, best of two
+rounds, so a busy machine does not decide the figure.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from ._dialects import _cases_dir, _key, _stream
+from ._hostile import hostile_shapes, word_runs
+
+__all__ = ["LIMIT_US_PER_KB", "bench"]
+
+LIMIT_US_PER_KB = 2000.0
+
+# mode label, delta size (0: whole), hostile sizes (big, run), word-run sizes
+_MODES: tuple[tuple[str, int, int, int, tuple[int, ...]], ...] = (
+    ("whole", 0, 200_000, 20_000, (255, 256, 257, 1_000, 200_000)),
+    ("1-char deltas", 1, 32_000, 8_000, (255, 256, 257, 1_000, 32_000)),
+)
+
+
+def bench(engine: Any, quick: bool) -> list[tuple[str, ...]]:
+    cases = _cases_dir()
+    rounds = 1 if quick else 2
+    out: list[tuple[str, ...]] = []
+    problems: list[str] = []
+    for mode, size, big, run, sizes in _MODES:
+        if quick:
+            big, run = big // 4, run // 4
+        worst, where, count = 0.0, "-", 0
+        for name in sorted(engine.ruleset.ids("dialect")):
+            shapes = hostile_shapes(engine, name, cases, big=big, run=run) + \
+                word_runs(engine, name, cases, sizes)
+            for shape in shapes:
+                parser = engine.text_parser(dialect=name, tools=shape.tools,
+                                            generation_prompt=shape.prompt, ids="sequential")
+                best = float("inf")
+                try:
+                    for _ in range(rounds):
+                        t0 = time.process_time()
+                        got = parser.parse(shape.text) if size == 0 else \
+                            _stream(parser, shape.text, size)
+                        best = min(best, time.process_time() - t0)
+                    if size and _key(got) != _key(parser.parse(shape.text)):
+                        problems.append(f"{name}/{shape.label} ({mode}): stream != whole")
+                except Exception as exc:  # reported, and a failed check
+                    problems.append(f"{name}/{shape.label} ({mode}): {type(exc).__name__}")
+                    continue
+                count += 1
+                per_kb = best * 1e6 / (len(shape.text) / 1024)
+                if per_kb > worst:
+                    worst, where = per_kb, f"{name}, {shape.label}"
+        out.append((f"worst over {count} hostile inputs, {mode} "
+                    f"(limit {LIMIT_US_PER_KB:.0f} µs/KB)", f"{worst:.0f} µs/KB ({where})",
+                    "ok" if worst <= LIMIT_US_PER_KB else "over the limit"))
+    out.append(("crashes or stream != whole", str(len(problems)) +
+                (f" ({'; '.join(problems[:3])})" if problems else ""),
+                "ok" if not problems else "failed"))
+    return out

@@ -8,14 +8,14 @@ figure held to a limit carries a third element, "ok" or why not: `toolrules benc
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from . import _dialects, _emulation, _limits, _local, _models, _providers, _runtime, _serve
 
 __all__ = ["SECTIONS"]
 
-Section = Callable[[Any, bool], list[tuple[str, ...]]]
+Section = Callable[[Any, bool], Sequence[tuple[str, ...]]]
 
 SECTIONS: tuple[tuple[str, Section], ...] = (
     ("models", _models.bench),

@@ -406,3 +406,67 @@ def test_an_unnormalizable_refusal_still_reaches_the_client_as_an_error(eng, cap
         status, text = _send(proxy, api, {**body, "model": "tmplnative-permissive"}, False)
     assert status >= 500
     assert "Conversation roles must alternate" in text
+
+
+# ---------------------------------------------------------------- the property, generated
+
+from hypothesis import HealthCheck, given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+from toolrules.emulation._turns import violations  # noqa: E402
+
+_KINDS = ["system", "user", "assistant", "calls", "text+calls", "result", "orphan"]
+
+
+@st.composite
+def _conversations(draw: Any) -> list[Message]:
+    kinds = draw(st.lists(st.sampled_from(_KINDS), min_size=1, max_size=9))
+    out: list[Message] = []
+    pending: list[ToolCall] = []
+    for k, kind in enumerate(kinds):
+        text = f"t{k}x"
+        if kind in ("system", "user", "assistant"):
+            out.append(Message(kind, text))
+        elif kind in ("calls", "text+calls"):
+            calls = tuple(ToolCall(f"c{k}_{j}", "get_weather", {"city": f"a{k}y{j}"})
+                          for j in range(draw(st.integers(1, 2))))
+            pending.extend(calls)
+            out.append(Message("assistant", text if kind == "text+calls" else None, calls))
+        elif kind == "result" and pending:
+            c = pending.pop(draw(st.integers(0, len(pending) - 1)))
+            out.append(Message("tool", text, tool_call_id=c.id, name=c.name))
+        else:
+            out.append(Message("tool", text, tool_call_id=f"none{k}", name="get_weather"))
+    return out
+
+
+_CONSTRAINTS = st.fixed_dictionaries({
+    "turn_system": st.sampled_from(["anywhere", "leading", "first", "none"]),
+    "turn_system_stable": st.booleans(), "turn_alternate": st.booleans(),
+    "turn_roles": st.sampled_from([(), ("tool",)]),
+    "turn_content_required": st.booleans(), "turn_text_with_calls": st.booleans(),
+    "turn_history_calls": st.booleans(), "turn_results_follow_calls": st.booleans()})
+
+
+def _all_text(msgs: Any) -> str:
+    parts = []
+    for m in msgs:
+        parts.append(m.content if isinstance(m.content, str) else "")
+        parts.extend(json.dumps(c.arguments) for c in m.tool_calls)
+    return "\n".join(parts)
+
+
+@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(conv=_conversations(), turns=_CONSTRAINTS)
+def test_any_conversation_fits_any_constraints_and_keeps_every_text(eng, conv, turns):
+    cap = _cap(eng, **turns)
+    out = eng.normalize_turns(conv, capability=cap)
+    assert violations(out.messages, cap) == []
+    kept = _all_text(out.messages)
+    for m in conv:
+        if isinstance(m.content, str):
+            assert m.content in kept
+        for c in m.tool_calls:
+            assert c.arguments["city"] in kept
+    if not out.rewrites:
+        assert list(out.messages) == conv

@@ -32,7 +32,7 @@ from typing import Any
 
 from .._types import Capability, ContentPart, Message
 
-__all__ = ["TurnRewrite", "Turns", "is_permissive", "normalize_turns"]
+__all__ = ["TurnRewrite", "Turns", "is_permissive", "normalize_turns", "violations"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -363,6 +363,52 @@ class _Normalizer:
                 s.m = _with_content(s.m, "")
                 self.record("content-added", s.origin, "content")
         return slots
+
+
+# ---------------------------------------------------------------- checking
+
+def violations(messages: Sequence[Message], cap: Capability) -> list[str]:
+    """What in `messages` breaks `cap`'s turn constraints (empty: the conversation fits).
+    normalize_turns' output never breaks them; golden regeneration and the tests check."""
+    out: list[str] = []
+    systems = [i for i, m in enumerate(messages) if m.role == "system"]
+    mode = cap.turn_system
+    if mode == "none" and systems:
+        out.append(f"messages[{systems[0]}]: a system message (turn_system: none)")
+    elif mode == "first" and (len(systems) > 1 or (systems and systems[0] != 0)):
+        out.append(f"system messages at {systems} (turn_system: first)")
+    elif mode == "leading" and systems != list(range(len(systems))):
+        out.append(f"system messages at {systems} (turn_system: leading)")
+    for i, m in enumerate(messages):
+        calls = m.role == "assistant" and bool(m.tool_calls)
+        if m.role == "tool" and "tool" not in cap.turn_roles:
+            out.append(f"messages[{i}]: a tool result (turn_roles has no tool)")
+        if calls and not cap.turn_history_calls:
+            out.append(f"messages[{i}]: calls in the history (turn_history_calls: false)")
+        if calls and not cap.turn_text_with_calls and _text(m.content).strip():
+            out.append(f"messages[{i}]: text beside calls (turn_text_with_calls: false)")
+        if calls and cap.turn_content_required and m.content is None:
+            out.append(f"messages[{i}]: calls without content (turn_content_required)")
+    if cap.turn_results_follow_calls:
+        owner: Message | None = None
+        for i, m in enumerate(messages):
+            if m.role == "assistant" and m.tool_calls:
+                owner = m
+            elif m.role == "tool":
+                ids = {c.id for c in owner.tool_calls} if owner is not None else set()
+                if m.tool_call_id not in ids:
+                    out.append(f"messages[{i}]: a result away from its call "
+                               "(turn_results_follow_calls)")
+            else:
+                owner = None
+    if cap.turn_alternate:
+        counted = [(i, m.role) for i, m in enumerate(messages)
+                   if m.role == "user" or (m.role == "assistant" and not m.tool_calls)]
+        for k, (i, role) in enumerate(counted):
+            if role != ("user" if k % 2 == 0 else "assistant"):
+                out.append(f"messages[{i}]: {role} out of turn (turn_alternate)")
+                break
+    return out
 
 
 # ---------------------------------------------------------------- content helpers

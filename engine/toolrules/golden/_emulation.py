@@ -8,15 +8,20 @@ tool engineering, from hand-written golden/emulation/*.cases.yaml.
                            rules/errors.yaml must be hit; the retry ladder of every code
     validation.cases.yaml  calls against tools -> errors, coercions and retry feedback
     engineering.cases.yaml tools -> audit, classification; windows -> the tools kept
+    turns.cases.yaml       agent conversations x models -> the conversation fitted to each
+                           family's turn constraints, with its rewrites
+                           -> golden/emulation/turns/<family>.golden.yaml
 
 Invariants checked before anything is written: prompts show every tool they keep and their
 examples are the template's own call format (and parse back through the dialect);
-every style and every error mapping is covered; corrected calls validate.
+every style and every error mapping is covered; corrected calls validate; a fitted
+conversation breaks none of its model's turn constraints and keeps every text.
 """
 
 from __future__ import annotations
 
 import builtins
+import json
 from collections.abc import Iterable
 from pathlib import Path
 from types import SimpleNamespace
@@ -33,7 +38,7 @@ def golden_files(engine: Any, root: Path) -> Iterable[GoldenFile]:
     if not base.is_dir():
         return
     builders = {"prompts": _prompts, "selection": _selection, "errors": _errors,
-                "validation": _validation, "engineering": _engineering}
+                "validation": _validation, "engineering": _engineering, "turns": _turns}
     for cases_path in sorted(base.glob("*.cases.yaml")):
         name = cases_path.name.removesuffix(".cases.yaml")
         build = builders.get(name)
@@ -103,6 +108,80 @@ def _prompts(engine: Any, cases: dict[str, Any]) -> Iterable[GoldenFile]:
                          content={"template": style.template, "dialect": style.dialect,
                                   "trained": style.trained, "prompts": prompts},
                          problems=problems)
+
+
+# ---------------------------------------------------------------- turns
+
+def _turns(engine: Any, cases: dict[str, Any]) -> Iterable[GoldenFile]:
+    from ..emulation._turns import violations
+    from ..providers._messages import coerce_messages
+
+    tools = list(coerce_tools(cases.get("tools") or []))
+    conversations = {name: coerce_messages(msgs)
+                     for name, msgs in (cases.get("conversations") or {}).items()}
+    by_family: dict[str, dict[str, Any]] = {}
+    problems: dict[str, list[str]] = {}
+    for model in cases.get("models") or []:
+        family = engine.parse_model_id(model).family or "unknown"
+        cap = engine.capability(model)
+        turns = {k: v for k, v in cap.non_default().items() if k.startswith("turn_")}
+        entry: dict[str, Any] = {"constraints": turns or "none (the defaults)",
+                                 "conversations": {}}
+        for name, conv in conversations.items():
+            fitted = engine.normalize_turns(conv, model, tools=tools)
+            entry["conversations"][name] = {
+                "messages": [_turn_view(m) for m in fitted.messages],
+                "rewrites": [r.describe() for r in fitted.rewrites]}
+            where = f"{model} / {name}"
+            for v in violations(fitted.messages, cap):
+                problems.setdefault(family, []).append(f"{where}: {v}")
+            kept = "\n".join(_turn_texts(fitted.messages))
+            for text in _turn_texts(conv):
+                if text not in kept:
+                    problems.setdefault(family, []).append(f"{where}: {text!r} was lost")
+        by_family.setdefault(family, {})[model] = entry
+    covered = {engine.parse_model_id(m).family for m in cases.get("models") or []}
+    for family in sorted(by_family):
+        yield GoldenFile(path=f"emulation/turns/{family}.golden.yaml",
+                         content={"family": family, "models": by_family[family]},
+                         problems=problems.get(family, []))
+    constrained = sorted(f for f in engine.ruleset.ids("model") if f not in covered and any(
+        _has_turns(engine, ex) for ex in _examples(engine, f)))
+    if constrained:
+        yield GoldenFile(path="emulation/turns/_coverage.golden.yaml", content={},
+                         problems=[f"family {f} sets turn constraints; add one of its models "
+                                   "to golden/emulation/turns.cases.yaml" for f in constrained])
+
+
+def _examples(engine: Any, family: str) -> list[str]:
+    rf = engine.ruleset.get("model", family)
+    data = rf.data if rf is not None and isinstance(rf.data, dict) else {}
+    return [str(x) for x in data.get("examples") or ()]
+
+
+def _has_turns(engine: Any, model: str) -> bool:
+    return any(k.startswith("turn_") for k in engine.capability(model).non_default())
+
+
+def _turn_view(m: Any) -> dict[str, Any]:
+    out: dict[str, Any] = {"role": m.role}
+    if m.content is not None:
+        out["content"] = _readable(m.content) if isinstance(m.content, str) else str(m.content)
+    if m.tool_calls:
+        out["calls"] = [f"{c.name} {json.dumps(c.arguments, ensure_ascii=False)}"
+                        for c in m.tool_calls]
+    if m.tool_call_id:
+        out["call_id"] = m.tool_call_id
+    return out
+
+
+def _turn_texts(messages: Any) -> list[str]:
+    out = []
+    for m in messages:
+        if isinstance(m.content, str) and m.content.strip():
+            out.append(m.content)
+        out.extend(str(v) for c in m.tool_calls for v in c.arguments.values())
+    return out
 
 
 # ---------------------------------------------------------------- selection

@@ -42,7 +42,7 @@ __all__ = ["EmulationPrompt", "EmulationRules", "EmulationStyle", "check_rules",
 _KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_.-]*$")
 _CMP = re.compile(r"^\s*(<=|>=|==|!=|<|>)\s*(-?\d+(?:\.\d+)?)\s*$")
 _NUMERIC_FIELDS = ("context_window", "max_output_tokens")
-TEMPLATE_DIRS = ("emulation", "feedback", "results", "chat")
+TEMPLATE_DIRS = ("emulation", "feedback", "results", "chat", "turns")
 
 
 @dataclass(frozen=True, slots=True)
@@ -562,6 +562,12 @@ def check_rules(rs: RuleSet, rep: Any, failed: set[tuple[str, str]]) -> None:
             rep.warning(rf, ("trained", d, "template"), f"dialects/{d}.yaml names template "
                         f"{own!r}; this table's {entry.get('template')!r} is used",
                         "emulation-template-mismatch")
+    block = (data.get("turns") or {}).get("system_block")
+    if isinstance(block, str) and block not in rs.templates:
+        close = get_close_matches(block, list(rs.templates), n=1)
+        rep.error(rf, ("turns", "system_block"), f"template {block!r} does not exist under "
+                  f"templates/" + (f"; did you mean {close[0]}?" if close else ""),
+                  "missing-template")
     selection = data.get("selection") or []
     for j, sel in enumerate(selection):
         if not isinstance(sel, dict):

@@ -408,6 +408,7 @@ def check_rules(rs: RuleSet, rep: Any, failed: set[tuple[str, str]]) -> None:
                 for opt in (value if isinstance(value, list) else [value]):
                     if isinstance(opt, str) and opt.startswith("~"):
                         check_regex(rep, rf, ("capabilities", j, "when", key), opt[1:])
+        _check_turns(rep, rf, data)
         # dialect references
         refs: list[tuple[tuple[Any, ...], str]] = []
         if data.get("dialect"):
@@ -425,6 +426,28 @@ def check_rules(rs: RuleSet, rep: Any, failed: set[tuple[str, str]]) -> None:
                 level = "error" if have_dialects else "warning"
                 rep.add(rf, path, f"dialect {name!r} is not defined in rules/dialects/",
                         "missing-dialect", level)
+
+
+def _check_turns(rep: Any, rf: Any, data: Any) -> None:
+    """Turn constraints that say nothing as written: a byte-stable system prefix where
+    system messages may stand anywhere (nothing is moved, so nothing needs keeping)."""
+    defaults = data.get("defaults") or {}
+    clauses = [(("defaults",), {})] + [
+        ((section, j, "set"), cl.get("set") or {})
+        for section in ("capabilities", "overrides")
+        for j, cl in enumerate(data.get(section, []) or []) if isinstance(cl, dict)]
+    for path, setv in clauses:
+        if not isinstance(setv, dict):
+            continue
+        merged = {**defaults, **setv}
+        if merged.get("turn_system_stable") and \
+                merged.get("turn_system", "anywhere") == "anywhere" and \
+                ("turn_system_stable" in setv or path == ("defaults",)):
+            where = path + ("turn_system_stable",) if "turn_system_stable" in setv else \
+                ("defaults", "turn_system_stable")
+            rep.warning(rf, where, "turn_system_stable has no effect while turn_system is "
+                        "anywhere (no system text is moved); set turn_system (first, leading "
+                        "or none) or drop it", "turn-constraints")
 
 
 class _Tolerant(dict):

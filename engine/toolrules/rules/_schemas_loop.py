@@ -14,8 +14,7 @@ __all__ = ["LOOP_DEFAULTS", "LOOP_MESSAGES", "LOOP_PLACEHOLDERS", "TABLE_SCHEMAS
 LOOP_MESSAGES = ("nudge", "finalize", "round_limit", "call_limit", "call_not_run",
                  "repeated_call", "repeated_stop")
 LOOP_PLACEHOLDERS = ("tool", "tools", "limit", "count", "attempt", "code")
-LOOP_DEFAULTS = ("max_rounds", "max_tool_calls", "repeat_limit", "max_nudges", "auto_retries",
-                 "parse_timeout")
+LOOP_DEFAULTS = ("max_rounds", "max_tool_calls", "repeat_limit", "max_nudges", "auto_retries")
 
 
 def _text(doc: str) -> dict[str, Any]:
@@ -30,8 +29,11 @@ LOOP_SCHEMA: dict[str, Any] = {
     "defaults": {
         "type": "dict", "required": True,
         **_doc("the loop's limits when the caller gives none", "max_rounds: 10"),
-        "schema": {name: {"type": "integer", "min": 0, "required": True,
-                          **_doc(f"default {name}")} for name in LOOP_DEFAULTS},
+        "schema": {**{name: {"type": "integer", "min": 0, "required": True,
+                             **_doc(f"default {name}")} for name in LOOP_DEFAULTS},
+                   "parse_timeout": {"type": "number", "min": 0, **_doc(
+                       "seconds reading one answer may take (default 5; 0: no limit)",
+                       "parse_timeout: 5")}},
     },
     "messages": {
         "type": "dict", "required": True,

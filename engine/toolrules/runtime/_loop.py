@@ -154,8 +154,8 @@ class ToolLoop:
         self.repeat_limit = d["repeat_limit"] if repeat_limit is None else int(repeat_limit)
         self.max_nudges = d["max_nudges"] if max_nudges is None else int(max_nudges)
         self.auto_retries = d["auto_retries"] if auto_retries is None else int(auto_retries)
-        self.parse_timeout: float = d.get("parse_timeout", 0) if parse_timeout is None \
-            else float(parse_timeout)
+        self.parse_timeout = float(d.get("parse_timeout", 5) if parse_timeout is None
+                                   else parse_timeout)
         self.max_tool_args_bytes = (vrules.max_tool_args_bytes if max_tool_args_bytes is None
                                     else int(max_tool_args_bytes))
         self.max_tool_output_bytes = (vrules.max_tool_output_bytes if max_tool_output_bytes

@@ -432,7 +432,7 @@ def _check_turns(rep: Any, rf: Any, data: Any) -> None:
     """Turn constraints that say nothing as written: a byte-stable system prefix where
     system messages may stand anywhere (nothing is moved, so nothing needs keeping)."""
     defaults = data.get("defaults") or {}
-    clauses = [(("defaults",), {})] + [
+    clauses: list[tuple[tuple[Any, ...], Any]] = [(("defaults",), {})] + [
         ((section, j, "set"), cl.get("set") or {})
         for section in ("capabilities", "overrides")
         for j, cl in enumerate(data.get(section, []) or []) if isinstance(cl, dict)]

@@ -40,29 +40,29 @@ class ChatPrompt:
     """The tool prompt placed with the system text, when tools were offered."""
 
 
-def _turns(messages: Sequence[Message], emulation: str | None) -> list[dict[str, str]]:
-    """{role, content} dicts: system texts (and the tool prompt) first, as one message;
-    consecutive turns of one role as one turn (turn formats alternate: a tool result and
-    the user's next words travel together)."""
+def _turns(part: Any, messages: Sequence[Message], emulation: str | None,
+           cap: Capability) -> list[dict[str, str]]:
+    """{role, content} dicts the turn format renders: the conversation (as an emulated
+    model sees it: calls and results already text) with the tool prompt joined to the
+    system text, fitted by Engine.normalize_turns to what these templates take - one
+    system message first (or none, where the model has no system role) and alternating
+    user and assistant turns (a tool result and the user's next words travel together)."""
+    from dataclasses import replace
+
     from ..providers._messages import content_text
 
-    systems = [content_text(m.content) or "" for m in messages if m.role == "system"]
+    msgs = list(messages)
     if emulation:
-        systems.append(emulation)
-    out: list[dict[str, str]] = []
-    text = "\n\n".join(s for s in systems if s)
-    if text:
-        out.append({"role": "system", "content": text})
-    for m in messages:
-        if m.role == "system":
-            continue
-        role = m.role if m.role in ("user", "assistant") else "user"
-        text = content_text(m.content) or ""
-        if out and out[-1]["role"] == role:
-            out[-1]["content"] = "\n\n".join(x for x in (out[-1]["content"], text) if x)
-        else:
-            out.append({"role": role, "content": text})
-    return out
+        lead = 0
+        while lead < len(msgs) and msgs[lead].role == "system":
+            lead += 1
+        msgs.insert(lead, Message(role="system", content=emulation))
+    strict = replace(cap, turn_system="none" if cap.turn_system == "none" else "first",
+                     turn_alternate=True, turn_roles=(), turn_history_calls=False,
+                     turn_system_stable=False)
+    fitted = part.normalize_turns(msgs, capability=strict)
+    return [{"role": m.role, "content": content_text(m.content) or ""}
+            for m in fitted.messages]
 
 
 def build_chat_prompt(part: Any, messages: Any, model: Any = None, *, tools: Any = None,
@@ -90,7 +90,7 @@ def build_chat_prompt(part: Any, messages: Any, model: Any = None, *, tools: Any
     else:
         history = part.emulate_history(messages, None, model, capability=capability,
                                        style=style)
-    context = {"messages": _turns(history, prompt.text if prompt else None),
+    context = {"messages": _turns(part, history, prompt.text if prompt else None, cap),
                "add_generation_prompt": add_generation_prompt, "bos_token": bos_token,
                "eos_token": eos_token}
     if name is not None:

@@ -137,7 +137,8 @@ class McpServer:
             need_sdk()
             launch = self.spec.launch(self.workspace)
             self._stop_thread()
-            self._stderr = tempfile.TemporaryFile("w+", encoding="utf-8", errors="replace")
+            self._stderr = tempfile.TemporaryFile(  # noqa: SIM115 - closed by _stop_thread
+                "w+", encoding="utf-8", errors="replace")
             ready: concurrent.futures.Future[list[dict[str, Any]]] = concurrent.futures.Future()
             thread = threading.Thread(target=self._thread_main, args=(launch, ready),
                                       name=f"toolrules-mcp-{self.name}", daemon=True)
@@ -408,7 +409,7 @@ def _leaf(exc: BaseException) -> BaseException:
 
 
 def _devnull() -> TextIO:
-    return open("/dev/null", "w")  # noqa: SIM115 - lives as long as the process
+    return open("/dev/null", "w")  # lives as long as the process
 
 
 @contextlib.asynccontextmanager

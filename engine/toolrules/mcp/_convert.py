@@ -222,16 +222,31 @@ def _part(block: Mapping[str, Any]) -> ContentPart:
     return ContentPart("text", text=json.dumps(dict(block), ensure_ascii=False, default=str))
 
 
-def _same_json(text: str | None, value: Any) -> bool:
+def _leaves(value: Any) -> list[str]:
+    if isinstance(value, str):
+        return [value]
+    if isinstance(value, Mapping):
+        return [s for v in value.values() for s in _leaves(v)]
+    if isinstance(value, list):
+        return [s for v in value for s in _leaves(v)]
+    return []
+
+
+def _repeats(text: str | None, structured: Any) -> bool:
+    """Whether a text block only repeats the structured content: its JSON, or one of its
+    text values (a server that renders `{"content": TEXT}` as TEXT)."""
     try:
-        return json.loads(text or "") == value
+        if json.loads(text or "") == structured:
+            return True
     except ValueError:
-        return False
+        pass
+    return text is not None and text.strip() != "" and text in _leaves(structured)
 
 
 def result_output(server: str, tool: str, result: Mapping[str, Any]) -> Any:
     """A CallToolResult (wire shape) as a ToolResult output: the text (several text blocks
-    joined by newlines); the structured content when the text only repeats it; else a
+    joined by newlines); the structured content when the text only repeats it (its JSON,
+    or one of its text values); else a
     tuple of ContentParts (text, images, audio, documents) with the structured content as
     a JSON text part. `isError` raises ToolFailure(TOOL_ERROR) with the server's text."""
     blocks = result.get("content") or []
@@ -244,7 +259,7 @@ def result_output(server: str, tool: str, result: Mapping[str, Any]) -> Any:
         raise ToolFailure("TOOL_ERROR", f"MCP server {server!r}, tool {tool!r}: "
                           f"{text or 'failed (no message)'}", server=server, tool=tool)
     if structured is not None:
-        parts = [p for p in parts if not (p.type == "text" and _same_json(p.text, structured))]
+        parts = [p for p in parts if not (p.type == "text" and _repeats(p.text, structured))]
         if not parts:
             return structured
         parts.append(ContentPart("text", text=json.dumps(structured, ensure_ascii=False)))
@@ -256,7 +271,7 @@ def result_output(server: str, tool: str, result: Mapping[str, Any]) -> Any:
 # ---------------------------------------------------------------- results: toolrules -> MCP
 
 def _block(part: ContentPart) -> dict[str, Any]:
-    if part.type == "text" or part.source == "text" and part.type != "document":
+    if part.type == "text" or (part.source == "text" and part.type != "document"):
         return {"type": "text", "text": part.text or ""}
     if part.type in ("image", "audio") and part.data is not None:
         return {"type": part.type, "data": part.data,

@@ -326,10 +326,10 @@ class McpServer:
                 raise ToolFailure("TIMEOUT", f"MCP server {self.name!r} did not answer "
                                   f"{tool!r} within {timeout:g} s" if timeout else
                                   f"MCP server {self.name!r} did not answer {tool!r} in time",
-                                  server=self.name, tool=tool) from None
+                                  server=self.name, mcp_tool=tool) from None
             raise ToolFailure("TOOL_ERROR", f"MCP server {self.name!r}, tool {tool!r}: "
                               f"{exc.error.message} (error {code})", server=self.name,
-                              tool=tool) from None
+                              mcp_tool=tool) from None
         except (OSError, EOFError) as exc:
             raise _Dead(f"{type(exc).__name__}: {exc}") from None
         return result.model_dump(by_alias=True, mode="json", exclude_none=True)
@@ -337,7 +337,7 @@ class McpServer:
     def _unavailable(self, tool: str, why: str) -> ToolFailure:
         return ToolFailure("SERVER_UNAVAILABLE", f"MCP server {self.name!r} "
                            f"({self.describe()}) cannot run {tool!r}: {why}",
-                           server=self.name, tool=tool)
+                           server=self.name, mcp_tool=tool)
 
     def _mark_dead(self, started: int, why: str) -> None:
         with self._lock:

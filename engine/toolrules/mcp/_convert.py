@@ -257,7 +257,7 @@ def result_output(server: str, tool: str, result: Mapping[str, Any]) -> Any:
         if not text and structured is not None:
             text = json.dumps(structured, ensure_ascii=False)
         raise ToolFailure("TOOL_ERROR", f"MCP server {server!r}, tool {tool!r}: "
-                          f"{text or 'failed (no message)'}", server=server, tool=tool)
+                          f"{text or 'failed (no message)'}", server=server, mcp_tool=tool)
     if structured is not None:
         parts = [p for p in parts if not (p.type == "text" and _repeats(p.text, structured))]
         if not parts:

@@ -1,13 +1,11 @@
 """Shared pieces of the MCP tests: overlay rule directories that declare servers (the
-pinned npm reference servers, the misbehaving fake server), scripted model turns, and a
-look at this process's children (no test may leave a server running)."""
+pinned npm reference servers, the misbehaving fake server) and scripted model turns.
+(`no_orphans`, the check that a test leaves no server running, is in conftest.py.)"""
 
 from __future__ import annotations
 
 import json
-import os
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
@@ -16,7 +14,7 @@ import yaml
 
 pytest.importorskip("mcp", reason="the MCP tests need the `mcp` extra")
 
-from npm_packages import npm_bin  # noqa: E402
+from npm_packages import npm_bin
 
 HERE = Path(__file__).resolve().parent
 FAKE = HERE / "mcp_fake_server.py"
@@ -50,39 +48,3 @@ def npm_rules(rules: Path) -> Path:
 
 def fake_rule(rules: Path, name: str, mode: str, **fields: Any) -> Path:
     return write_rule(rules, name, command=sys.executable, args=[str(FAKE), mode], **fields)
-
-
-def children() -> set[int]:
-    """Live (not zombie) child processes of this process."""
-    me = os.getpid()
-    out = set()
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            stat = Path(f"/proc/{entry}/stat").read_text()
-        except OSError:
-            continue
-        fields = stat.rsplit(")", 1)[1].split()
-        if int(fields[1]) == me and fields[0] != "Z":
-            out.add(int(entry))
-    return out
-
-
-def wait_no_children(before: set[int], timeout: float = 15.0) -> set[int]:
-    """The children started since `before` that are still alive after `timeout` s."""
-    deadline = time.monotonic() + timeout
-    while True:
-        left = children() - before
-        if not left or time.monotonic() > deadline:
-            return left
-        time.sleep(0.1)
-
-
-@pytest.fixture
-def no_orphans():
-    """Fails the test when it leaves a child process (an MCP server) running."""
-    before = children()
-    yield
-    left = wait_no_children(before)
-    assert not left, f"processes left running: {sorted(left)}"

@@ -13,11 +13,13 @@ from pathlib import Path
 import pytest
 import yaml
 from click.testing import CliRunner
-from mcp_helpers import QWEN, hermes, no_orphans, npm_rules  # noqa: F401
 
 import toolrules
+from mcp_helpers import QWEN, hermes, npm_rules
 from toolrules import ScriptedModel, ToolExecutor, ToolLoop, ToolRegistry
 from toolrules.cli import main
+
+pytestmark = pytest.mark.usefixtures("no_orphans")
 
 
 @pytest.fixture
@@ -46,7 +48,7 @@ def _audit(audit_dir: Path) -> list[dict]:
 
 # ---------------------------------------------------------------- listing
 
-def test_everything_tools_are_namespaced_classed_and_normalized(engine, ws, no_orphans):
+def test_everything_tools_are_namespaced_classed_and_normalized(engine, ws):
     registry = ToolRegistry(engine=engine, workspace=ws)
     server = registry.add_mcp("everything")
     assert server.state == "stopped"  # declared, not started
@@ -65,7 +67,7 @@ def test_everything_tools_are_namespaced_classed_and_normalized(engine, ws, no_o
     assert server.state == "closed"
 
 
-def test_mcp_tools_cli_lists_a_declared_server_as_json(rules, ws, no_orphans):
+def test_mcp_tools_cli_lists_a_declared_server_as_json(rules, ws):
     r = CliRunner().invoke(main, ["mcp", "tools", "filesystem", "--json", "--rules", str(rules),
                                   "--workspace", str(ws)])
     assert r.exit_code == 0, r.output
@@ -80,7 +82,7 @@ def test_mcp_tools_cli_lists_a_declared_server_as_json(rules, ws, no_orphans):
     assert tools["read_text_file"]["parameters"]["type"] == "object"
 
 
-def test_mcp_tools_cli_with_a_command(ws, no_orphans):
+def test_mcp_tools_cli_with_a_command(ws):
     from npm_packages import npm_bin
 
     cmd = f"{npm_bin('mcp-server-everything')} stdio"
@@ -92,7 +94,7 @@ def test_mcp_tools_cli_with_a_command(ws, no_orphans):
 
 # ---------------------------------------------------------------- calls through the loop
 
-def test_the_loop_calls_mcp_tools_with_audit_lines(engine, ws, tmp_path, no_orphans):
+def test_the_loop_calls_mcp_tools_with_audit_lines(engine, ws, tmp_path):
     registry = ToolRegistry(engine=engine, workspace=ws)
     registry.add_mcp("everything")
     audit = tmp_path / "audit"
@@ -120,7 +122,7 @@ def test_the_loop_calls_mcp_tools_with_audit_lines(engine, ws, tmp_path, no_orph
         ("everything_get-structured-content", "ok", "read_only")]
 
 
-def test_an_emulated_model_gets_mcp_tools_in_its_trained_format(engine, ws, no_orphans):
+def test_an_emulated_model_gets_mcp_tools_in_its_trained_format(engine, ws):
     registry = ToolRegistry(engine=engine, workspace=ws)
     registry.add_mcp("everything")
     executor = ToolExecutor(registry, workspace=ws, trust="read_only", engine=engine)
@@ -136,8 +138,7 @@ def test_an_emulated_model_gets_mcp_tools_in_its_trained_format(engine, ws, no_o
     assert out.tool_history[0][1].output == "Echo: hi"
 
 
-def test_policy_refusals_leave_the_filesystem_server_untouched(engine, ws, tmp_path,
-                                                               no_orphans):
+def test_policy_refusals_leave_the_filesystem_server_untouched(engine, ws, tmp_path):
     audit = tmp_path / "audit"
     registry = ToolRegistry(engine=engine, workspace=ws)
     registry.add_mcp("filesystem")
@@ -164,7 +165,7 @@ def test_policy_refusals_leave_the_filesystem_server_untouched(engine, ws, tmp_p
 
 
 def test_a_symlink_out_of_the_workspace_is_refused_before_the_server_sees_it(
-        engine, ws, tmp_path, no_orphans):
+        engine, ws, tmp_path):
     secret = tmp_path / "secret.txt"
     secret.write_text("outside")
     (ws / "link.txt").symlink_to(secret)
@@ -178,7 +179,7 @@ def test_a_symlink_out_of_the_workspace_is_refused_before_the_server_sees_it(
     assert secret.read_text() == "outside"
 
 
-def test_a_write_at_workspace_trust_reaches_the_server(engine, ws, no_orphans):
+def test_a_write_at_workspace_trust_reaches_the_server(engine, ws):
     registry = ToolRegistry(engine=engine, workspace=ws)
     registry.add_mcp("filesystem")
     executor = ToolExecutor(registry, workspace=ws, trust="workspace", engine=engine)
@@ -228,7 +229,7 @@ def test_toolrules_run_refusal_leaves_the_file_unwritten(rules, ws, tmp_path):
     assert not (ws / "copy.txt").exists()
 
 
-def test_exec_calls_one_mcp_tool_by_its_own_or_namespaced_name(rules, ws, no_orphans):
+def test_exec_calls_one_mcp_tool_by_its_own_or_namespaced_name(rules, ws):
     runner = CliRunner()
     r = runner.invoke(main, ["exec", "--mcp", "everything", "get-sum", '{"a": 1, "b": 2}',
                              "--rules", str(rules)])
@@ -241,7 +242,7 @@ def test_exec_calls_one_mcp_tool_by_its_own_or_namespaced_name(rules, ws, no_orp
     assert json.loads(r.output)["data"] == {"content": "alpha\nbeta\n"}
 
 
-def test_exec_with_mcp_command_and_the_existing_form(ws, no_orphans):
+def test_exec_with_mcp_command_and_the_existing_form(ws):
     from npm_packages import npm_bin
 
     runner = CliRunner()
@@ -259,8 +260,7 @@ def test_exec_with_mcp_command_and_the_existing_form(ws, no_orphans):
     assert r.exit_code == 0 and json.loads(r.output)["data"].startswith("alpha")
 
 
-def test_chat_adds_and_removes_a_server_with_the_mcp_command(rules, ws, tmp_path,
-                                                             no_orphans):
+def test_chat_adds_and_removes_a_server_with_the_mcp_command(rules, ws, tmp_path):
     pytest.importorskip("prompt_toolkit")
     script = tmp_path / "session.yaml"
     script.write_text(yaml.safe_dump({"model": QWEN, "turns": [
@@ -278,7 +278,7 @@ def test_chat_adds_and_removes_a_server_with_the_mcp_command(rules, ws, tmp_path
     assert "unknown MCP server 'nosuch'" in r.output
 
 
-def test_an_eval_scenario_names_an_mcp_server(rules, tmp_path, no_orphans):
+def test_an_eval_scenario_names_an_mcp_server(rules, tmp_path):
     scen = rules / "scenarios"
     scen.mkdir()
     (scen / "mcp_sum.yaml").write_text(yaml.safe_dump({

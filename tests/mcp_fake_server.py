@@ -37,8 +37,9 @@ if MODE == "malformed":
         types.Tool(name="typo", description="A type name that does not exist.",
                    input_schema={"type": "object",
                                  "properties": {"x": {"type": "strin"}}}),
-        types.Tool(name="listy", description="Arguments that are not an object.",
-                   input_schema={"type": "array", "items": {"type": "string"}}),
+        types.Tool(name="cyclic", description="A $ref to nowhere.",
+                   input_schema={"type": "object",
+                                 "properties": {"x": {"$ref": "#/$defs/Missing"}}}),
     ]
 else:
     TOOLS = [

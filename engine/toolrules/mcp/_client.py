@@ -137,6 +137,7 @@ class McpServer:
             need_sdk()
             launch = self.spec.launch(self.workspace)
             self._stop_thread()
+            self._close_stderr()
             self._stderr = tempfile.TemporaryFile(  # noqa: SIM115 - closed by _stop_thread
                 "w+", encoding="utf-8", errors="replace")
             ready: concurrent.futures.Future[list[dict[str, Any]]] = concurrent.futures.Future()
@@ -148,14 +149,17 @@ class McpServer:
             try:
                 listing = ready.result(timeout=self.startup_seconds)
             except concurrent.futures.TimeoutError:
-                self._stop_thread()
-                raise McpError(f"MCP server {self.name!r} ({launch.display()}) did not finish "
-                               f"starting (handshake and tool listing) within "
-                               f"{self.startup_seconds:g} s{self._stderr_tail()}",
-                               server=self.name) from None
+                self._stop_thread()  # the process is gone: its stderr is complete
+                message = (f"MCP server {self.name!r} ({launch.display()}) did not finish "
+                           f"starting (handshake and tool listing) within "
+                           f"{self.startup_seconds:g} s{self._stderr_tail()}")
+                self._close_stderr()
+                raise McpError(message, server=self.name) from None
             except BaseException as exc:
                 self._stop_thread()
-                raise McpError(self._start_failure(launch, exc), server=self.name) from None
+                message = self._start_failure(launch, exc)
+                self._close_stderr()
+                raise McpError(message, server=self.name) from None
             self._listing = listing
             self.state, self.why = "running", None
             self.starts += 1
@@ -380,6 +384,8 @@ class McpServer:
         thread.join(_JOIN_SECONDS)
         self._loop = self._main = self._stop = None
         self._client = None
+
+    def _close_stderr(self) -> None:
         if self._stderr is not None:
             with contextlib.suppress(OSError):
                 self._stderr.close()
@@ -391,6 +397,7 @@ class McpServer:
         with self._lock:
             self._closed = True
             self._stop_thread()
+            self._close_stderr()
             self.state = "closed"
             _LIVE.discard(self)
 

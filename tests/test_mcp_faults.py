@@ -257,3 +257,21 @@ def test_served_results_carry_the_envelope():
              toolrules.ContentPart("image", data="aGk=", media_type="image/png"))
     media = served_result(toolrules.ToolResult("1", "t", output=parts))
     assert media["content"][1] == {"type": "image", "data": "aGk=", "mimeType": "image/png"}
+
+
+def test_the_core_import_stays_light():
+    import subprocess
+    import sys
+
+    code = ("import sys, toolrules; toolrules.load(); "
+            "from toolrules.mcp import mcp_rules; mcp_rules(); "
+            "print(sorted(m for m in sys.modules if m == 'mcp' or m.startswith('mcp.')))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "[]"
+
+
+def test_mcp_tools_needs_exactly_one_server():
+    r = CliRunner().invoke(main, ["mcp", "tools"])
+    assert r.exit_code == 2 and "give exactly one of NAME" in r.output

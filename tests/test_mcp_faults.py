@@ -164,6 +164,7 @@ def test_a_result_over_the_byte_cap_is_refused(engine, ws):
     assert small.ok and len(small.output) == 1000
     assert not big.ok and big.tool_error.details["error"] == "TOOL_OUTPUT_TOO_LARGE"
     assert big.name == "fake_big" and "300000 bytes" in big.error
+    assert "(MCP server 'fake', tool 'big')" in big.error
 
 
 def test_a_tool_the_policy_hides_is_refused_and_never_reaches_the_server(engine, ws):

@@ -21,6 +21,7 @@ import asyncio
 import atexit
 import concurrent.futures
 import contextlib
+import json
 import logging
 import tempfile
 import threading
@@ -308,7 +309,15 @@ class McpServer:
                             jail.check_resolved(text, pname)
             result = await server.call(info.remote, info.restore(kwargs),
                                        timeout=getattr(ctx, "timeout", None))
-            return result_output(server.name, info.remote, result)
+            output = result_output(server.name, info.remote, result)
+            limit = getattr(getattr(ctx, "policy", None), "max_output_bytes", None)
+            size = len(output.encode()) if isinstance(output, str) else len(
+                json.dumps(output, ensure_ascii=False, default=str).encode())
+            if limit is not None and size > limit:  # the executor's cap, said with names
+                raise ToolFailure("TOOL_OUTPUT_TOO_LARGE", f"(MCP server {server.name!r}, "
+                                  f"tool {info.remote!r})", rule="output.max_bytes",
+                                  size=size, limit=limit)
+            return output
 
         call_mcp_tool.__qualname__ = f"mcp:{self.name}/{info.remote}"
         return call_mcp_tool

@@ -394,9 +394,12 @@ def _check_table(rep: Any, tf: RuleFile, levels: set[str]) -> None:
                       "defined twice", "mcp-annotations")
         names.add(c.get("name"))
         if levels and c.get("tier") not in levels:
-            rep.error(tf, ("annotations", "classes", i, "tier"), f"tier {c.get('tier')!r} is "
-                      f"not a level of the default policy ({', '.join(sorted(levels))})",
-                      "mcp-annotations")
+            # a warning: a project may overlay a policy with other levels (its MCP tools of
+            # this class are then unavailable unless a level names them)
+            rep.warning(tf, ("annotations", "classes", i, "tier"), f"tier {c.get('tier')!r} "
+                        f"is not a level of the default policy ({', '.join(sorted(levels))}); "
+                        "MCP tools of this class are unavailable unless a level names them",
+                        "mcp-annotations")
         if c.get("when") == {} and i != len(classes) - 1:
             rep.error(tf, ("annotations", "classes", i, "when"), "`when: {}` holds for every "
                       "tool: the entries after it are never used", "mcp-annotations")
@@ -407,8 +410,8 @@ def _check_table(rep: Any, tf: RuleFile, levels: set[str]) -> None:
     for i, h in enumerate(hints):
         level = (h.get("when") or {}).get("level")
         if level is not None and levels and level not in levels:
-            rep.error(tf, ("serve", "hints", i, "when", "level"), f"level {level!r} is not a "
-                      "level of the default policy", "mcp-serve")
+            rep.warning(tf, ("serve", "hints", i, "when", "level"), f"level {level!r} is not "
+                        "a level of the default policy: this entry never applies", "mcp-serve")
     if not hints or hints[-1].get("when") != {}:
         rep.error(tf, ("serve", "hints"), "no entry holds for every served tool: end the "
                   "hints with one whose `when: {}`", "mcp-serve")

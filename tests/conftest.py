@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import os
+import time
 from pathlib import Path
 
 import pytest
@@ -56,3 +57,34 @@ def access(caplog):
         return [json.loads(r.getMessage()) for r in caplog.records
                 if r.name == "toolrules.serve.access"]
     return records
+
+
+def children() -> set[int]:
+    """Live (not zombie) child processes of this process."""
+    me = os.getpid()
+    out = set()
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            stat = Path(f"/proc/{entry}/stat").read_text()
+        except OSError:
+            continue
+        fields = stat.rsplit(")", 1)[1].split()
+        if int(fields[1]) == me and fields[0] != "Z":
+            out.add(int(entry))
+    return out
+
+
+@pytest.fixture
+def no_orphans():
+    """Fails the test when it leaves a child process (an MCP server) running: whatever
+    it started must be gone within 15 s of its end."""
+    before = children()
+    yield
+    deadline = time.monotonic() + 15.0
+    left = children() - before
+    while left and time.monotonic() < deadline:
+        time.sleep(0.1)
+        left = children() - before
+    assert not left, f"processes left running: {sorted(left)}"

@@ -12,6 +12,7 @@ from ._engine import Engine, load
 from ._errors import (
     CapabilityError,
     InputTooLargeError,
+    McpError,
     ParseError,
     ParseTimeoutError,
     Problem,
@@ -105,6 +106,7 @@ __all__ = [
     "LoopEvent",
     "LoopEventType",
     "LoopOutcome",
+    "McpError",
     "Message",
     "ModelClient",
     "ModelSpec",

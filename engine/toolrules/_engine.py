@@ -22,6 +22,7 @@ from .dialects._parser import MAX_TEXT_CHARS, DialectsPart
 from .emulation._chat import check_rules as _check_chat
 from .emulation._part import EmulationPart
 from .emulation._rules import check_rules as _check_emulation
+from .mcp._rules import check_rules as _check_mcp
 from .models._part import ModelsPart
 from .models._rules import check_rules as _check_models
 from .providers._constrained import check_rules as _check_constrained
@@ -58,7 +59,7 @@ T = TypeVar("T")
 CROSS_CHECKS: tuple[CrossCheck, ...] = (
     _check_models, _check_providers, _check_transport, _check_constrained, _check_dialects,
     _check_tables, _check_emulation, _check_chat, _check_loop, _check_policies, _check_evals,
-    _check_serve)
+    _check_serve, _check_mcp)
 
 
 def lint_rules(rs: RuleSet, thorough: bool = True) -> list[Problem]:

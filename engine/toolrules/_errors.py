@@ -11,6 +11,8 @@
      │    └── (ValueError)
      ├── InputTooLargeError   an input is over its size limit
      │    └── (ValueError)
+     ├── McpError             an MCP server that cannot be started, listed or used (names
+     │                        the server, and the tool when one is involved)
      └── CapabilityError      the model cannot do what was asked (e.g. tools, no emulation)
           └── UnsupportedContentError  a content part or block that cannot be carried
 
@@ -25,6 +27,7 @@ from dataclasses import dataclass
 __all__ = [
     "CapabilityError",
     "InputTooLargeError",
+    "McpError",
     "ParseError",
     "ParseTimeoutError",
     "Problem",
@@ -38,6 +41,16 @@ __all__ = [
 
 class ToolrulesError(Exception):
     """Base class of every error toolrules raises on purpose."""
+
+
+class McpError(ToolrulesError):
+    """An MCP server that cannot be started, listed or used: its message names the server
+    (and the tool), says what happened and quotes what the server wrote on stderr."""
+
+    def __init__(self, message: str, *, server: str | None = None, tool: str | None = None):
+        super().__init__(message)
+        self.server = server
+        self.tool = tool
 
 
 @dataclass(frozen=True, slots=True)

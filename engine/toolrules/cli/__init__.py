@@ -10,6 +10,7 @@ from . import (
     _emulation,
     _eval,
     _loop,
+    _mcp,
     _models,
     _providers,
     _runtime,
@@ -20,6 +21,6 @@ from ._core import main
 __all__ = ["main"]
 
 for _module in (_models, _dialects, _providers, _emulation, _runtime, _loop, _chat, _eval,
-                _serve, _bench):
+                _serve, _bench, _mcp):
     for _command in _module.COMMANDS:
         main.add_command(_command)

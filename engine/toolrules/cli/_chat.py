@@ -21,6 +21,7 @@ import click
 
 from ._common import fail, get_engine, guard, jail_options
 from ._loop import format_call, summarize_result
+from ._mcp import add_servers, mcp_options
 
 __all__ = ["COMMANDS"]
 
@@ -193,6 +194,7 @@ class _Chat:
         self.handlers: dict[str, Callable[[str], bool]] = {
             "help": self.cmd_help, "tools": self.cmd_tools, "trust": self.cmd_trust,
             "model": self.cmd_model, "save": self.cmd_save, "history": self.cmd_history,
+            "mcp": self.cmd_mcp,
             "clear": self.cmd_clear, "exit": self.cmd_exit}
 
     # ------------------------------------------------------------ the main loop
@@ -355,6 +357,46 @@ class _Chat:
                               "continues with the new model", "dim"))
         return False
 
+    def cmd_mcp(self, args: str) -> bool:
+        from .._errors import McpError, UnknownRuleError
+
+        words = args.split()
+        if not words:
+            rows = self.session.mcp_rows()
+            if not rows:
+                self.screen.line(("no MCP servers declared (rules/mcp/NAME.yaml)", "dim"))
+            width = max((len(r.name) for r in rows), default=0)
+            for r in rows:
+                mark, style = ("✓", "green") if r.added else ("·", "dim")
+                what = f"{r.state}, {r.tools} tools" if r.added else "not added"
+                self.screen.line("  ", (mark, style), " ", (r.name.ljust(width), "bold"),
+                                 f"  {what:<22} ", (r.launch[:70], "dim"))
+            self.screen.line(("::mcp add NAME starts a server and offers its tools; "
+                              "::mcp remove NAME stops it", "dim"))
+            return False
+        if len(words) != 2 or words[0] not in ("add", "remove"):
+            self.screen.error(f"::mcp {args}: not understood", "::mcp, ::mcp add NAME or "
+                              "::mcp remove NAME")
+            return False
+        verb, name = words
+        if verb == "add":
+            try:
+                names = self.session.add_mcp(name)
+            except (McpError, UnknownRuleError, ValueError) as exc:
+                self.screen.error(_one_line(exc))
+                return False
+            self.screen.line(("✓ ", "green"), f"MCP server {name}: {len(names)} tools offered "
+                             f"from the next turn ({', '.join(names[:8])}"
+                             f"{' ...' if len(names) > 8 else ''})")
+            return False
+        try:
+            self.session.remove_mcp(name)
+        except KeyError as exc:
+            self.screen.error(_one_line(exc))
+            return False
+        self.screen.line(("✓ ", "green"), f"MCP server {name} stopped; its tools are gone")
+        return False
+
     def cmd_save(self, args: str) -> bool:
         if not args:
             self.screen.error("::save needs a path", "::save chat.json")
@@ -438,13 +480,15 @@ def _history_path(option: str | None) -> Path:
 @click.option("--history", "history_file", type=click.Path(dir_okay=False),
               help="Input history file (default ~/.cache/toolrules/chat_history).")
 @click.option("--debug", is_flag=True, help="Tracebacks for unexpected errors.")
+@mcp_options
 @click.option("--rules", "rule_paths", multiple=True, type=click.Path(exists=True),
               help="Extra rule directories (overlays).")
 @guard
 def chat(spec: str, base_url: str | None, tool_sources: tuple[str, ...], no_tools: bool,
          workspace: str, trust: str, policy_id: str, dry_run: bool, stream: bool,
          show_reasoning: bool, system: str | None, max_rounds: int | None,
-         history_file: str | None, debug: bool, rule_paths: tuple[str, ...]) -> None:
+         history_file: str | None, debug: bool, mcp_names: tuple[str, ...],
+         mcp_commands: tuple[str, ...], rule_paths: tuple[str, ...]) -> None:
     """Chat with a model that may call tools: each message runs the tool loop (calls and
     results shown as they happen), the conversation carries over between messages.
     Commands start with :: (::help). On a pipe, reads one message or command per line."""
@@ -481,6 +525,7 @@ def chat(spec: str, base_url: str | None, tool_sources: tuple[str, ...], no_tool
         model = resolve_model(spec, engine=engine, base_url=base_url)
     except ModelSpecError as exc:
         fail(_one_line(exc), _SPEC_HINT, code=2)
+    add_servers(registry, mcp_names, mcp_commands, engine)
     session = ChatSession(model, executor, spec=spec, engine=engine, system=system,
                           stream=stream, base_url=base_url, max_rounds=max_rounds)
     screen = _Screen(show_reasoning)
@@ -491,6 +536,8 @@ def chat(spec: str, base_url: str | None, tool_sources: tuple[str, ...], no_tool
     except KeyboardInterrupt:
         screen.newline()
         code = 130
+    finally:
+        session.close()
     sys.exit(code)
 
 

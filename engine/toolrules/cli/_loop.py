@@ -12,6 +12,7 @@ from typing import Any
 import click
 
 from ._common import fail, get_engine, guard, jail_options
+from ._mcp import add_servers, mcp_options
 
 __all__ = ["COMMANDS", "format_call", "summarize_result"]
 
@@ -153,22 +154,34 @@ class _Printer:
 @click.option("--stream/--no-stream", default=True, show_default=True,
               help="Stream model turns (text as it arrives).")
 @click.option("--reasoning", "show_reasoning", is_flag=True, help="Also print reasoning.")
+@mcp_options
 @_RULES
 @guard
 def run(task: str, spec: str, base_url: str | None, workspace: str, trust: str,
         policy_id: str, allow: tuple[str, ...], deny: tuple[str, ...], dry_run: bool, as_json: bool,
         trace_path: str | None, max_rounds: int | None, tool_use_mode: str, system: str | None,
         audit_dir: str | None, stream: bool, show_reasoning: bool,
+        mcp_names: tuple[str, ...], mcp_commands: tuple[str, ...],
         rule_paths: tuple[str, ...]) -> None:
     """Run TASK through the tool loop: the model's calls run under the policy, results go
-    back, until a final answer. Exit 1 when it did not end with an answer."""
+    back, until a final answer. Exit 1 when it did not end with an answer. --mcp NAME adds
+    the tools of an MCP server (started now, stopped at the end)."""
     from ..runtime._loop import ToolLoop
 
     engine = get_engine(rule_paths)
     model = _model_from_spec(spec, engine, base_url)
     executor = _executor(engine, workspace, trust, allow, deny, dry_run, audit_dir, policy_id)
-    loop = ToolLoop(model, executor, max_rounds, tool_use_mode, system=system,
-                    trace_path=trace_path, engine=engine)
+    add_servers(executor.registry, mcp_names, mcp_commands, engine)
+    try:
+        _run_loop(ToolLoop(model, executor, max_rounds, tool_use_mode, system=system,
+                           trace_path=trace_path, engine=engine),
+                  executor, task, as_json, stream, show_reasoning, trace_path)
+    finally:
+        executor.registry.close()
+
+
+def _run_loop(loop: Any, executor: Any, task: str, as_json: bool, stream: bool,
+              show_reasoning: bool, trace_path: str | None) -> None:
     printer = None if as_json else _Printer(executor, show_reasoning)
 
     async def go() -> Any:

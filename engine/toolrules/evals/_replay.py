@@ -112,7 +112,10 @@ async def replay_eval(trace: Trace | str | Path, engine: Any = None, *,
         if workspace is None:
             scenario.make_workspace(ws)
         eng, executor = replay_setup(recorded, engine, ws, trust=trust, where=where)
-        return await replay_loop(recorded, executor, engine=eng)
+        try:
+            return await replay_loop(recorded, executor, engine=eng)
+        finally:
+            executor.registry.close()  # a scenario's MCP servers stop here
     finally:
         if workspace is None:
             shutil.rmtree(ws, ignore_errors=True)

@@ -191,8 +191,6 @@ def preflight(engine: Any, p: EvalPlan) -> list[str]:
 
 async def _run_async(base: Any, target: Target, scenario: Scenario, strategy: Strategy,
                      profile: Profile, trial: int, trace_dir: str | None) -> RunRecord:
-    from ..runtime import ToolExecutor
-    from ..runtime._loop import ToolLoop
 
     cat = catalog(base)
     engine = _engine_for(base, target, strategy)
@@ -231,51 +229,64 @@ async def _run_async(base: Any, target: Target, scenario: Scenario, strategy: St
             return RunRecord(**common, success=False, reasons=(f"error: {exc}",),
                              stopped="error", rounds=0, events=(), tokens=0, repairs=0,
                              latency_ms=0.0, error=f"ValueError: {exc}")
-        executor = ToolExecutor(registry, workspace=ws, trust=scenario.trust, engine=engine)
-        trace_path = None
-        if trace_dir:
-            name = f"{target.id}.{strategy.name}.{profile.name}.{scenario.id}.{trial}.jsonl"
-            trace_path = str(Path(trace_dir) / name.replace("/", "_").replace(":", "_"))
-        settings = {**scenario.loop_settings(),
-                    **strategy.loop_settings(bool(scenario.expected_calls()))}
-        loop = ToolLoop(model, executor, engine=engine, system=scenario.data.get("system"),
-                        **settings, **{**(target.entry.get("options") or {}),
-                                       **profile.options})
-        started = time.perf_counter()
-        error = None
         try:
-            outcome = await loop.run(scenario.task)
-        except Exception as exc:  # a provider failure ends this run, not the eval
-            latency = (time.perf_counter() - started) * 1000.0
-            return RunRecord(**common, success=False, reasons=(f"error: {exc}",),
-                             stopped="error", rounds=0, events=(), tokens=0, repairs=0,
-                             latency_ms=latency, error=f"{type(exc).__name__}: {exc}")
-        latency = (time.perf_counter() - started) * 1000.0
-        ok, reasons = scenario.judge(outcome, ws)
-        per_turn = _turn_costs(engine, model, outcome, cat.chars_per_token)
-        calls = []
-        for rec in outcome.trace.of_type("call"):
-            rnd = int(rec.get("round") or 0)
-            turn_tokens, turn_repairs = per_turn.get(rnd, (0, ()))
-            calls.append((rec["call"], rec["result"], turn_tokens, turn_repairs))
-        events, hits, total = events_for(scenario.id, scenario.expected_calls(), calls)
-        tokens = sum(t for t, _ in per_turn.values())
-        repairs = sum(len(r) for _, r in per_turn.values())
-        if trace_path:
-            outcome.trace.add({"type": "eval", "scenario": scenario.id, "target": target.id,
-                               "model": target.model,
-                               "strategy": strategy.name, "profile": profile.name,
-                               "overrides": {**(target.entry.get("set") or {}),
-                                             **strategy.overrides},
-                               "success": ok, "reasons": reasons,
-                               "events": [e.to_dict() for e in events]})
-            outcome.save_trace(trace_path)
-        return RunRecord(**common, success=ok, reasons=tuple(reasons), stopped=outcome.stopped,
-                         rounds=outcome.rounds, events=tuple(events), tokens=tokens,
-                         repairs=repairs, latency_ms=latency, error=error, trace=trace_path,
-                         param_hits=hits, param_total=total)
+            return await _run_with(engine, model, target, scenario, strategy, profile, trial,
+                                   trace_dir, registry, ws, cat, common)
+        finally:
+            registry.close()
     finally:
         shutil.rmtree(ws, ignore_errors=True)
+
+
+async def _run_with(engine: Any, model: Any, target: Target, scenario: Scenario,
+                    strategy: Strategy, profile: Profile, trial: int, trace_dir: str | None,
+                    registry: Any, ws: Path, cat: Any, common: dict[str, Any]) -> RunRecord:
+    from ..runtime import ToolExecutor
+    from ..runtime._loop import ToolLoop
+
+    executor = ToolExecutor(registry, workspace=ws, trust=scenario.trust, engine=engine)
+    trace_path = None
+    if trace_dir:
+        name = f"{target.id}.{strategy.name}.{profile.name}.{scenario.id}.{trial}.jsonl"
+        trace_path = str(Path(trace_dir) / name.replace("/", "_").replace(":", "_"))
+    settings = {**scenario.loop_settings(),
+                **strategy.loop_settings(bool(scenario.expected_calls()))}
+    loop = ToolLoop(model, executor, engine=engine, system=scenario.data.get("system"),
+                    **settings, **{**(target.entry.get("options") or {}),
+                                   **profile.options})
+    started = time.perf_counter()
+    error = None
+    try:
+        outcome = await loop.run(scenario.task)
+    except Exception as exc:  # a provider failure ends this run, not the eval
+        latency = (time.perf_counter() - started) * 1000.0
+        return RunRecord(**common, success=False, reasons=(f"error: {exc}",),
+                         stopped="error", rounds=0, events=(), tokens=0, repairs=0,
+                         latency_ms=latency, error=f"{type(exc).__name__}: {exc}")
+    latency = (time.perf_counter() - started) * 1000.0
+    ok, reasons = scenario.judge(outcome, ws)
+    per_turn = _turn_costs(engine, model, outcome, cat.chars_per_token)
+    calls = []
+    for rec in outcome.trace.of_type("call"):
+        rnd = int(rec.get("round") or 0)
+        turn_tokens, turn_repairs = per_turn.get(rnd, (0, ()))
+        calls.append((rec["call"], rec["result"], turn_tokens, turn_repairs))
+    events, hits, total = events_for(scenario.id, scenario.expected_calls(), calls)
+    tokens = sum(t for t, _ in per_turn.values())
+    repairs = sum(len(r) for _, r in per_turn.values())
+    if trace_path:
+        outcome.trace.add({"type": "eval", "scenario": scenario.id, "target": target.id,
+                           "model": target.model,
+                           "strategy": strategy.name, "profile": profile.name,
+                           "overrides": {**(target.entry.get("set") or {}),
+                                         **strategy.overrides},
+                           "success": ok, "reasons": reasons,
+                           "events": [e.to_dict() for e in events]})
+        outcome.save_trace(trace_path)
+    return RunRecord(**common, success=ok, reasons=tuple(reasons), stopped=outcome.stopped,
+                     rounds=outcome.rounds, events=tuple(events), tokens=tokens,
+                     repairs=repairs, latency_ms=latency, error=error, trace=trace_path,
+                     param_hits=hits, param_total=total)
 
 
 def _turn_costs(engine: Any, model: _Recording, outcome: Any, chars_per_token: float

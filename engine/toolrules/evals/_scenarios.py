@@ -99,8 +99,9 @@ class Scenario:
     # ------------------------------------------------------------ tools
 
     def registry(self, engine: Any, workspace: Path) -> Any:
-        """A ToolRegistry with the scenario's tools: the named built-ins and the declared
-        tools with their data-defined handlers."""
+        """A ToolRegistry with the scenario's tools: the named built-ins, the declared
+        tools with their data-defined handlers, and the tools of the named MCP servers
+        (the caller closes the registry, which stops them)."""
         from ..runtime import ToolExecutor, ToolRegistry, builtin_tools
 
         builtins = builtin_tools(workspace, engine=engine)
@@ -124,6 +125,8 @@ class Scenario:
                         parameters=_plain(d["parameters"]))
             registry.add(tool, _mock_handler(_plain(d["mock"]), delegate_executor),
                          kind=d.get("kind") or "write")
+        for server in tools.get("mcp") or ():
+            registry.add_mcp(server)  # started when the run first needs its tools
         return registry
 
     # ------------------------------------------------------------ judging a run

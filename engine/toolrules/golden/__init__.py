@@ -17,6 +17,7 @@ from . import (
     _evals,
     _lint,
     _loop,
+    _mcp,
     _models,
     _policies,
     _providers,
@@ -27,7 +28,7 @@ from ._core import GoldenFile, dump, golden_root, regen_command
 __all__ = ["check", "regen"]
 
 SUITES = (_models, _lint, _dialects, _providers, _emulation, _policies, _loop, _evals, _serve,
-          _constrained)
+          _constrained, _mcp)
 
 
 def _generate(pattern: str) -> list[GoldenFile]:

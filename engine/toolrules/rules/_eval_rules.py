@@ -102,9 +102,21 @@ def _check_scenario(rs: RuleSet, rf: RuleFile, rep: Any, builtins: set[str],
                             "tool set", "scenario-mock")
             if "when" in result:
                 _check_matchers(rep, rf, (*base, "when"), result["when"])
+    prefixes: list[str] = []  # MCP tools are known once their server runs: by namespace
+    for j, server in enumerate(tools.get("mcp") or ()):
+        mrf = rs.get("mcp", server)
+        if mrf is None:
+            rep.error(rf, ("tools", "mcp", j), f"no MCP server {server!r} is declared "
+                      f"(rules/mcp/{server}.yaml); declared: "
+                      f"{', '.join(rs.ids('mcp')) or 'none'}", "scenario-tool")
+            continue
+        namespace = (mrf.data or {}).get("namespace") or server
+        sep = ((rs.table("tool_selection") or {}).get("namespaces") or {}).get("separator", "_")
+        prefixes.append(f"{namespace}{sep}")
     expect = data.get("expect") or {}
     for j, call in enumerate(expect.get("calls") or ()):
-        if call.get("name") not in offered:
+        if call.get("name") not in offered and not str(call.get("name")).startswith(
+                tuple(prefixes) or ("\0",)):
             rep.error(rf, ("expect", "calls", j, "name"), f"expected call {call.get('name')!r}"
                       " is not an offered tool", "scenario-expect")
         _check_matchers(rep, rf, ("expect", "calls", j, "arguments"), call.get("arguments"))

@@ -9,6 +9,7 @@ A *layer* is a directory laid out like the bundled `rules/`:
     <layer>/tools/*.yaml       tool definitions         (kind "toolset")
     <layer>/scenarios/*.yaml   evaluation scenarios     (kind "scenario")
     <layer>/serve/*.yaml       proxy configurations     (kind "serve")
+    <layer>/mcp/*.yaml         MCP servers              (kind "mcp")
     <layer>/*.yaml             cross-cutting tables     (kind "table", id = file stem)
     <layer>/templates/**       Jinja templates          (bundled: the repo's templates/)
     <layer>/grammars/*.lark    Lark grammars            (bundled: the repo's grammars/)
@@ -36,7 +37,7 @@ __all__ = ["Asset", "Layer", "RuleFile", "RuleSet", "bundled_layer", "discover",
 
 KIND_DIRS = {"models": "model", "providers": "provider", "dialects": "dialect",
              "policies": "policy", "tools": "toolset", "scenarios": "scenario",
-             "serve": "serve"}
+             "serve": "serve", "mcp": "mcp"}
 MAX_RULE_FILE_BYTES = 1 << 20
 
 

@@ -11,6 +11,7 @@ from . import (
     _schemas_evals,
     _schemas_local,
     _schemas_loop,
+    _schemas_mcp,
     _schemas_models,
     _schemas_providers,
     _schemas_runtime,
@@ -22,7 +23,8 @@ from ._schemas_models import CAPABILITY_FIELDS
 __all__ = ["CAPABILITY_FIELDS", "KIND_SCHEMAS", "TABLE_SCHEMAS", "all_table_schemas", "schema_for"]
 
 _MODULES = (_schemas_models, _schemas_providers, _schemas_dialects, _schemas_tables,
-            _schemas_runtime, _schemas_loop, _schemas_evals, _schemas_serve, _schemas_local)
+            _schemas_runtime, _schemas_loop, _schemas_evals, _schemas_serve, _schemas_local,
+            _schemas_mcp)
 
 KIND_SCHEMAS: dict[str, dict[str, Any]] = {}
 TABLE_SCHEMAS: dict[str, dict[str, Any]] = {}

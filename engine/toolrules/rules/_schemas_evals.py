@@ -101,6 +101,8 @@ SCENARIO_SCHEMA: dict[str, Any] = {
         "builtin": _strlist("built-in tools (rules/tools)", "builtin: [read_file, write_file]"),
         "declared": {"type": "list", "schema": _DECLARED,
                      **_doc("tools defined here, with mock handlers")},
+        "mcp": _strlist("MCP servers whose tools are offered (rules/mcp/NAME.yaml); their "
+                        "tools are named NAMESPACE_TOOL", "mcp: [filesystem]"),
     }},
     "workspace": {"type": "dict", **_doc("the workspace before the run"), "schema": {
         "files": {"type": "dict", "keysrules": {"type": "string"},

@@ -274,7 +274,9 @@ class ToolExecutor:
         try:
             for pname in entry.paths:
                 if pname in args:
-                    self.policy.check_path(args[pname], ws, argument=pname)
+                    value = args[pname]
+                    for text in value if isinstance(value, list) else [value]:
+                        self.policy.check_path(text, ws, argument=pname)
             argv = None
             if entry.command and entry.command in args:
                 cwd = args.get("cwd") if "cwd" in entry.paths else None

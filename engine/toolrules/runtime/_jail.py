@@ -77,6 +77,22 @@ class Jail:
         """The path's components after the text checks and the blocked patterns."""
         return self.policy.check_path(text, str(self.root), argument)
 
+    def check_resolved(self, text: object, argument: str = "path") -> tuple[str, ...]:
+        """The text checks, then the path walked inside the jail with its symlinks resolved
+        and the blocked patterns applied to where it really leads - for a path another
+        program (an MCP server) will open. A path that does not exist yet is fine."""
+        parts = self.check(text, argument)
+        try:
+            fd, _name, canon = self.resolve(parts)
+        except (FileNotFoundError, NotADirectoryError):
+            return parts
+        os.close(fd)
+        pattern = self.policy.blocked_by(canon)
+        if pattern is not None:
+            raise _refuse(f"paths.blocked: {pattern}", f"{argument} {text!r} leads to a path "
+                          f"blocked by the pattern {pattern!r}", pattern=pattern)
+        return canon
+
     def _open_root(self) -> int:
         return os.open(self.root, os.O_RDONLY | _O_DIRECTORY | _O_CLOEXEC)
 

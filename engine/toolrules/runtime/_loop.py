@@ -49,6 +49,7 @@ from typing import Any
 
 from .._errors import ParseTimeoutError
 from .._types import (
+    ContentPart,
     Message,
     ParsedResponse,
     StreamChunkType,
@@ -560,8 +561,9 @@ class ToolLoop:
             result, text, action = entry
             executed = action in ("executed", "failed")
             run.history.append((call, result))
-            run.messages.append(Message(role="tool", content=text, tool_call_id=call.id,
-                                        name=call.name, is_error=not result.ok))
+            run.messages.append(Message(role="tool", content=_parts_or(result, text),
+                                        tool_call_id=call.id, name=call.name,
+                                        is_error=not result.ok))
             run.trace.add({"type": "call", "round": rnd, "index": i, "call": call,
                            "action": action, "result": result})
             yield LoopEvent(_T.TOOL_RESULT, rnd, call=call, result=result, index=i,
@@ -608,11 +610,10 @@ class ToolLoop:
             run.any_ok = True
             run.failures.pop(call.name, None)
             text = _output_text(result.output)
-            if len(text) > self.max_tool_output_bytes or \
-                    len(text.encode()) > self.max_tool_output_bytes:
+            size = _output_size(result.output, text)
+            if size > self.max_tool_output_bytes:
                 result = self._refusal(call, None, "TOOL_OUTPUT_TOO_LARGE", {
-                    "tool": call.name, "size": len(text.encode()),
-                    "limit": self.max_tool_output_bytes})
+                    "tool": call.name, "size": size, "limit": self.max_tool_output_bytes})
                 run.failures[call.name] = run.failures.get(call.name, 0) + 1
                 return result, _error_body(result, None), "failed"
             return result, text, "executed"
@@ -659,12 +660,37 @@ def _error_body(result: ToolResult, hint: str | None) -> str:
     return json.dumps(body, ensure_ascii=False, default=str)
 
 
+def _media(output: Any) -> bool:
+    """An output that is content parts (text with images, audio, documents)."""
+    return isinstance(output, tuple) and bool(output) and all(
+        isinstance(p, ContentPart) for p in output)
+
+
 def _output_text(output: Any) -> str:
+    """A tool output as the text the model reads (media parts: described, their size
+    counted against the output cap by `_output_size`)."""
     if isinstance(output, str):
         return output
     if output is None:
         return ""
+    if _media(output):
+        return "\n".join(p.text if p.type == "text" and p.text is not None else
+                         f"[{p.type}{' ' + p.media_type if p.media_type else ''}"
+                         f"{' ' + p.name if p.name else ''}]" for p in output)
     return json.dumps(output, ensure_ascii=False, default=str)
+
+
+def _output_size(output: Any, text: str) -> int:
+    size = len(text) if text.isascii() else len(text.encode())
+    if _media(output):
+        size += sum(len(p.data or "") + len(p.url or "") for p in output)
+    return size
+
+
+def _parts_or(result: ToolResult, text: str) -> Any:
+    """The tool message's content: the parts of a successful media output (images travel
+    as images), else the text."""
+    return result.output if result.ok and _media(result.output) else text
 
 
 def _read_only(executor: Any, name: str) -> bool:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import inspect
 import re
+import threading
 import typing
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -264,6 +265,10 @@ class ToolRegistry:
         self.workspace = Path(workspace) if workspace is not None else None
         self._tools: dict[str, RegisteredTool] = {}
         self._handlers: dict[str, Callable[..., Any]] = {}
+        self._mcp: dict[str, Any] = {}            # server name -> McpServer
+        self._mcp_pending: list[str] = []         # added, tools not registered yet
+        self._mcp_tools: dict[str, Any] = {}      # registry name -> McpTool
+        self._mcp_lock = threading.RLock()
 
     @property
     def engine(self) -> Any:
@@ -319,6 +324,115 @@ class ToolRegistry:
                                timeout=timeout)
         self._register(entry, replace=replace)
         return entry
+
+    def add_mcp(self, server: Any = None, *, command: str | Sequence[str] | None = None,
+                url: str | None = None, name: str | None = None,
+                headers: Mapping[str, str] | None = None, **options: Any) -> Any:
+        """Offer the tools of an MCP server (needs the `mcp` extra). Returns its McpServer.
+
+            registry.add_mcp("filesystem")           # rules/mcp/filesystem.yaml (overlays too)
+            registry.add_mcp(command="npx -y @modelcontextprotocol/server-everything",
+                             name="everything")
+            registry.add_mcp(url="http://127.0.0.1:8931/mcp", name="remote",
+                             headers={"Authorization": "Bearer ${MCP_TOKEN}"})
+
+        The server starts when its tools are first needed (listing or calling), is reused
+        for every call and stops with `close()`. Its tools are named `<namespace>_<tool>`,
+        their schemas normalized and their trust level and read/write class taken from
+        their annotations (rules/mcp.yaml) or the server rule's `tools:` entries; every
+        call runs through the ToolExecutor like any tool. `options`: env, cwd, namespace,
+        timeout, startup_seconds, restarts, include, exclude."""
+        from ..mcp import McpServer, McpServerSpec, command_spec, server_spec, url_spec
+        from ..mcp._rules import with_options
+
+        if isinstance(server, McpServerSpec):
+            spec = with_options(server, **options)
+        elif isinstance(server, str) and command is None and url is None:
+            spec = with_options(server_spec(server, self.engine), **options)
+        elif command is not None and url is None and server is None:
+            spec = command_spec(command, name=name, source="Python", **options)
+        elif url is not None and command is None and server is None:
+            spec = url_spec(url, name=name or "remote", headers=headers, **options)
+        else:
+            raise TypeError("add_mcp takes a declared server name, an McpServerSpec, "
+                            "command=... or url=... (exactly one)")
+        with self._mcp_lock:
+            if spec.name in self._mcp:
+                raise ValueError(f"MCP server {spec.name!r} is already added; pass name= to "
+                                 "add another one")
+            mcp = McpServer(spec, workspace=self.workspace, engine=self._engine)
+            self._mcp[spec.name] = mcp
+            self._mcp_pending.append(spec.name)
+        return mcp
+
+    def remove_mcp(self, name: str) -> None:
+        """Stop MCP server `name` and drop its tools."""
+        with self._mcp_lock:
+            server = self._mcp.pop(name, None)
+            if server is None:
+                raise KeyError(f"no MCP server {name!r} in this registry (have: "
+                               f"{', '.join(self._mcp) or 'none'})")
+            if name in self._mcp_pending:
+                self._mcp_pending.remove(name)
+            for tool_name, info in list(self._mcp_tools.items()):
+                if info.server == name:
+                    self._mcp_tools.pop(tool_name)
+                    self._tools.pop(tool_name, None)
+        server.close()
+
+    def mcp_servers(self) -> dict[str, Any]:
+        """Server name -> McpServer, for the servers added to this registry."""
+        return dict(self._mcp)
+
+    def mcp_tool(self, name: str) -> Any:
+        """The McpTool behind registry tool `name` (server, its own tool name, what decided
+        its trust level), or None for other tools."""
+        self._materialize()
+        return self._mcp_tools.get(name)
+
+    def start_mcp(self) -> None:
+        """Start every added MCP server now and register its tools (otherwise this happens
+        when the tools are first needed). Raises McpError naming the server that failed."""
+        self._materialize()
+
+    def _materialize(self) -> None:
+        if not self._mcp_pending:
+            return
+        from ..mcp._client import CONTEXT_PARAMETER
+
+        with self._mcp_lock:
+            while self._mcp_pending:
+                name = self._mcp_pending[0]
+                server = self._mcp[name]
+                try:
+                    infos = server.tools(taken=set(self._tools))
+                except BaseException:
+                    self._mcp_pending.pop(0)
+                    self._mcp.pop(name, None)
+                    server.close()
+                    raise
+                self._mcp_pending.pop(0)
+                for info in infos:
+                    self._register(RegisteredTool(
+                        tool=info.tool, handler=server.handler(info), tier=info.tier,
+                        kind=info.kind, hidden=info.hidden,
+                        requires_confirmation=info.requires_confirmation, paths=info.paths,
+                        context=CONTEXT_PARAMETER, timeout=info.timeout))
+                    self._mcp_tools[info.name] = info
+
+    def close(self) -> None:
+        """Stop every MCP server of this registry (their tools fail after this)."""
+        with self._mcp_lock:
+            servers = list(self._mcp.values())
+            self._mcp_pending.clear()
+        for server in servers:
+            server.close()
+
+    def __enter__(self) -> ToolRegistry:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
     def handler(self, name: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
         """Name a Python callable for YAML tool files (`handler: NAME`)."""
@@ -430,25 +544,31 @@ class ToolRegistry:
     # ------------------------------------------------------------ reading
 
     def get(self, name: str) -> RegisteredTool | None:
+        self._materialize()
         return self._tools.get(name)
 
     def names(self) -> list[str]:
+        self._materialize()
         return list(self._tools)
 
     def tools(self, include_hidden: bool = False) -> list[Tool]:
         """The tool definitions, in registration order (hidden ones only when asked)."""
+        self._materialize()
         return [e.tool for e in self._tools.values() if include_hidden or not e.hidden]
 
     def remove(self, name: str) -> None:
         self._tools.pop(name, None)
 
     def __contains__(self, name: object) -> bool:
+        self._materialize()
         return name in self._tools
 
     def __iter__(self) -> Iterator[RegisteredTool]:
+        self._materialize()
         return iter(list(self._tools.values()))
 
     def __len__(self) -> int:
+        self._materialize()
         return len(self._tools)
 
     def __repr__(self) -> str:

@@ -31,6 +31,7 @@ __all__ = [
     "CapabilityChange",
     "ChatCommand",
     "ChatSession",
+    "McpRow",
     "ModelInfo",
     "ModelSpecError",
     "ModelSwitch",
@@ -78,6 +79,8 @@ COMMANDS: tuple[ChatCommand, ...] = (
     ChatCommand("trust", "::trust [LEVEL]", "show or change the trust level"),
     ChatCommand("model", "::model [SPEC]", "show the model, or switch (capabilities are "
                 "resolved again and the changes shown; the conversation continues)"),
+    ChatCommand("mcp", "::mcp [add|remove NAME]", "the MCP servers and their tools, or add "
+                "(start) or remove (stop) a server's tools"),
     ChatCommand("save", "::save PATH", "write the conversation as JSON messages"),
     ChatCommand("history", "::history", "the conversation so far"),
     ChatCommand("clear", "::clear", "start a new conversation (same model and tools)"),
@@ -364,6 +367,19 @@ class ToolRow:
 
 
 @dataclass(frozen=True, slots=True)
+class McpRow:
+    """An MCP server as `::mcp` lists it: added to the session (with its state and tool
+    count) or only declared (rules/mcp/NAME.yaml)."""
+
+    name: str
+    added: bool
+    state: str
+    tools: int
+    launch: str
+    description: str = ""
+
+
+@dataclass(frozen=True, slots=True)
 class TrustChange:
     old: str
     new: str
@@ -470,6 +486,51 @@ class ChatSession:
             rows.append(ToolRow(entry.name, first, level, entry.kind, entry.name in offered,
                                 why))
         return rows
+
+    # ------------------------------------------------------------ MCP servers
+
+    def mcp_rows(self) -> list[McpRow]:
+        """The servers added to this session, then the declared ones not added."""
+        from ..mcp import server_names, server_spec
+
+        registry = self.executor.registry
+        servers = registry.mcp_servers()
+        counts: dict[str, int] = {}
+        for name in registry.names():
+            info = registry.mcp_tool(name)
+            if info is not None:
+                counts[info.server] = counts.get(info.server, 0) + 1
+        rows = [McpRow(n, True, s.state, counts.get(n, 0), s.describe(), s.spec.description)
+                for n, s in servers.items()]
+        for n in server_names(self.engine):
+            if n not in servers:
+                spec = server_spec(n, self.engine)
+                rows.append(McpRow(n, False, "declared", 0, spec.url or " ".join(
+                    [spec.command or "", *spec.args]), spec.description))
+        return rows
+
+    def add_mcp(self, name: str) -> list[str]:
+        """Start declared server `name` and offer its tools from the next turn on; the
+        names of its tools. An unknown name or a server that fails raises (McpError,
+        UnknownRuleError) and leaves nothing running."""
+        registry = self.executor.registry
+        registry.add_mcp(name)
+        try:
+            registry.start_mcp()
+        except BaseException:
+            if name in registry.mcp_servers():
+                registry.remove_mcp(name)
+            raise
+        return [n for n in registry.names()
+                if (info := registry.mcp_tool(n)) is not None and info.server == name]
+
+    def remove_mcp(self, name: str) -> None:
+        """Stop server `name`; its tools are no longer offered (KeyError if not added)."""
+        self.executor.registry.remove_mcp(name)
+
+    def close(self) -> None:
+        """Stop the session's MCP servers."""
+        self.executor.registry.close()
 
     # ------------------------------------------------------------ transcript
 

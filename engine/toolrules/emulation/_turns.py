@@ -314,14 +314,15 @@ class _Normalizer:
         """User turns and assistant turns without calls alternate, a user turn first. An
         assistant turn with calls and its results stand between them freely (templates
         that have a tool role check alternation on the other turns); a text turn right
-        before a calls turn joins it."""
+        before a calls turn joins it, where the template renders text beside calls."""
         if not self.cap.turn_alternate:
             return slots
         joined: list[_Slot] = []
         for s in slots:
             prev = joined[-1] if joined else None
             if prev is not None and s.m.role == "assistant" and s.m.tool_calls and \
-                    prev.m.role == "assistant" and not prev.m.tool_calls:
+                    prev.m.role == "assistant" and not prev.m.tool_calls and \
+                    self.cap.turn_text_with_calls:
                 prev.m = _merge(prev.m, s.m, self.join)
                 prev.origin = (*prev.origin, *s.origin)
                 self.record("merged", prev.origin, "alternate")

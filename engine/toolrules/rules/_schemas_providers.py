@@ -446,6 +446,12 @@ PROVIDER_SCHEMA: dict[str, Any] = {
                               "read from the text that equals a native one is dropped",
                               "text_fallback: dialect",
                               allowed=["capability", "dialect", "always", "never"]),
+        "unknown_dialect": _str("the dialect that reads the content for a model id no family "
+                                "rule knows (its trained format is unknown) when tools were "
+                                "offered and text_fallback is dialect or always: a server "
+                                "without a tool parser hands such a model's calls back as raw "
+                                "text of some common shape. Omitted: that content is text",
+                                "unknown_dialect: auto"),
         "build": _expr("build_response: the body; view: {id, model, created, message, messages, "
                        "text, reasoning, tool_calls, finish_reason, usage: {input_tokens, "
                        "output_tokens} or null}"),

@@ -13,8 +13,8 @@ import pytest
 pytest.importorskip("starlette")
 pytest.importorskip("uvicorn")
 
-from serve_helpers import an, oa, openai_compatible_proxy  # noqa: E402
-from test_serve import WEATHER, WEATHER_OPENAI, chat_reply, text_stream  # noqa: E402
+from serve_helpers import an, oa, openai_compatible_proxy
+from test_serve import WEATHER, WEATHER_OPENAI, chat_reply, text_stream
 
 UNKNOWN = "acme-private-13b"
 ARGS = {"city": "Paris", "unit": "c"}

@@ -101,6 +101,11 @@ _SERVER = _section("server limits and behaviour", {
     "max_retries": _int("default retries of transient upstream failures", "max_retries: 0"),
     "builtin_tools": _str(_BUILTIN_DOC + " - the routes' default", "builtin_tools: omit",
                           allowed=list(BUILTIN_TOOLS)),
+    "models_cache": _num("seconds GET /v1/models keeps the model list an upstream gave (for a "
+                         "route that passes model names through)", "models_cache: 30"),
+    "models_timeout": _num("seconds to wait for an upstream's model list; past it (or on any "
+                           "failure) the configured names are listed and the reason logged",
+                           "models_timeout: 5"),
 })
 
 SERVE_SCHEMA: dict[str, Any] = {

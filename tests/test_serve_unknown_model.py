@@ -150,3 +150,23 @@ def test_without_tools_the_text_is_not_read(upstream, proxy):
                                        messages=[{"role": "user", "content": ASK}])
     assert [b.type for b in m.content] == ["text"]
     assert m.content[0].text == SHAPES["hermes-json"]
+
+
+def test_a_route_that_sets_tool_options_still_reads_unknown_ids(upstream, tmp_path):
+    """Route options become a capability override for every id of a pass-through route;
+    they say how tools are sent, not what format the model writes: still unknown, still
+    read by the auto dialect."""
+    from serve_helpers import ProxyServer
+
+    cfg = f"""
+routes:
+  - pattern: '.*'
+    upstream: {{provider: openai-compatible, base_url: {upstream.url}/v1}}
+    tools: {{mode: native, validation_retries: 1}}
+"""
+    with ProxyServer(config=cfg, tmp=tmp_path) as p:
+        upstream.replies.append(chat_reply(SHAPES["qwen3-coder-xml"]))
+        m = an(p).messages.create(model=UNKNOWN, max_tokens=64, tools=[WEATHER],
+                                  messages=[{"role": "user", "content": ASK}])
+    assert [(b.type, getattr(b, "input", None)) for b in m.content] == [
+        ("text", None), ("tool_use", ARGS)]

@@ -534,7 +534,9 @@ class ProvidersPart(Part):
         if tools and prov.unknown_dialect and model is not None and \
                 prov.text_fallback in ("dialect", "always"):
             res = self.engine.resolve_model(model)
-            if not res.spec.known and not res.overridden:
+            # no family rule, no dialect from an override either, and the tools went
+            # natively (an emulated model answers in the format its prompt asked for)
+            if not res.spec.known and not res.capability.dialect and self._native(model):
                 return True, prov.unknown_dialect
         if prov.text_fallback == "always":
             return True, None

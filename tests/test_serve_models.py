@@ -207,3 +207,31 @@ def test_a_provider_without_a_models_endpoint_says_so(tmp_path, caplog, monkeypa
         assert [m.id for m in oa(proxy).models.list()] == ["my-gemini"]
     (message,) = [r.getMessage() for r in caplog.records if r.name == "toolrules.serve"]
     assert "names no models endpoint (`http.models` in its rule)" in message
+
+
+@pytest.mark.parametrize("fast", [True, False])
+def test_the_client_lists_models_over_either_http_stack(fast):
+    """HttpModel.list_models: the small asyncio client (plain-http upstreams) and httpx
+    (https, proxies) read the same list; a 401 is a ProviderError naming the status."""
+    import asyncio
+
+    from toolrules.clients._errors import ProviderError
+    from toolrules.clients._http import HttpModel
+
+    with Upstream() as up:
+        model = HttpModel("openai-compatible", "", base_url=up.url + "/v1", api_key="sk-1",
+                          fast=fast)
+
+        async def both() -> Any:
+            found = await model.list_models(timeout=5)
+            up.listing = Reply(status=401, body=b'{"error": {"message": "bad key"}}')
+            with pytest.raises(ProviderError) as e:
+                await model.list_models(timeout=5)
+            await model.aclose()
+            return found, e.value
+
+        found, error = asyncio.run(both())
+    assert [m["id"] for m in found] == ["qwen3-coder-30b", "gemma-3-12b-it"]
+    assert found[0]["created"] == 1735689600
+    assert error.status == 401 and "bad key" in error.message
+    assert up.listings()[0].headers["authorization"] == "Bearer sk-1"

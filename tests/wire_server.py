@@ -8,6 +8,7 @@ providers do: server-sent events, NDJSON, AWS event-stream messages.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import socket
 import threading
@@ -30,6 +31,7 @@ class Reply:
     delay: float = 0.0                 # before the status line
     chunk_delay: float = 0.0           # between chunks
     drop_after: int | None = None      # close the socket after this many chunks
+    hang_up: bool = False              # close the socket without answering at all
 
 
 @dataclass
@@ -141,6 +143,11 @@ class WireServer:
             reply = Reply(status=500, body=b'{"error": {"message": "no reply scripted"}}')
         if reply.delay:
             time.sleep(reply.delay)
+        if reply.hang_up:
+            h.close_connection = True
+            with contextlib.suppress(OSError):
+                h.connection.shutdown(socket.SHUT_RDWR)
+            return
         try:
             h.send_response(reply.status)
             for k, v in reply.headers.items():

@@ -21,7 +21,7 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlencode, urlsplit
 
-from .._errors import ParseTimeoutError, ToolrulesError
+from .._errors import CapabilityError, ParseTimeoutError, ToolrulesError
 from .._types import Message, ParsedResponse, StreamChunk, Tool
 from .._version import __version__
 from ..calls._tool_errors import ToolErrorCode
@@ -316,6 +316,49 @@ class HttpModel:
                     await asyncio.sleep(delay)
                     continue
             raise failure
+
+    # ------------------------------------------------------------ listing models
+
+    async def list_models(self, timeout: float | None = None) -> list[dict[str, Any]]:
+        """The provider's models (`http.models` in its rule): [{id, created?, created_at?,
+        display_name?}]. One GET, no retries, bounded by `timeout` seconds (default: the
+        client's); a failure is a ProviderError, a rule without the section a
+        CapabilityError."""
+        httpx = _import_httpx()
+        url = self._http.models_url(self.base_url)
+        if url is None:
+            raise CapabilityError(f"provider {self.provider!r} names no models endpoint "
+                                  "(`http.models` in its rule)")
+        query = self._http.auth_query(self._key.value)
+        if query:
+            url += ("&" if "?" in url else "?") + urlencode(query)
+        headers = {"accept": "application/json", "user-agent": f"toolrules/{__version__}",
+                   **self._http.headers, **self._headers,
+                   **self._http.auth_headers(self._key.value)}
+        if self._signer is not None:
+            await asyncio.to_thread(self._signer.load)
+            headers = self._signer.sign("GET", url, b"", headers)
+        client = self._client()
+        try:
+            async with asyncio.timeout(timeout if timeout is not None else self.timeout):
+                response = await client.send(client.build_request("GET", url, headers=headers))
+                raw = response.content  # a send that does not stream reads the whole body
+        except TimeoutError:
+            raise self._fail(f"timed out listing the models at {self._where()}",
+                             code=ToolErrorCode.TIMEOUT) from None
+        except httpx.TimeoutException as exc:
+            raise self._transport_failure(exc, 1, "listing the models") from None
+        except httpx.TransportError as exc:
+            raise self._transport_failure(exc, 1) from None
+        if not response.is_success:
+            raise self._status_failure(response.status_code, response.headers, raw, 1)[0]
+        try:
+            data = json.loads(raw)
+        except ValueError:
+            snippet = raw[:200].decode("utf-8", errors="replace")
+            raise self._fail(f"the model list is not JSON: {snippet!r}",
+                             code=ToolErrorCode.EXECUTION) from None
+        return self._http.read_models(data)
 
     # ------------------------------------------------------------ the protocol
 

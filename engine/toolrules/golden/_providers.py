@@ -2,8 +2,9 @@
 
 Inputs: golden/providers/conversation.cases.yaml (one shared conversation, tool list,
 tool results and tool choices) and golden/providers/<provider>.cases.yaml (the model to
-use, response bodies and streamed event sequences; a provider without its own file
-uses the nearest file up its `extends:` chain).
+use, response bodies and streamed event sequences, `response_models` naming another model
+for some of them; a provider without its own file uses the nearest file up its
+`extends:` chain).
 
 Output per provider: golden/providers/<id>.golden.yaml with the translated tools, the
 tool_choice table, the full request for the conversation, tool result messages, what
@@ -221,7 +222,11 @@ def _golden(engine: Any, rid: str, shared: dict[str, Any], cases: dict[str, Any]
     # responses
     parsed_bodies: dict[str, ParsedResponse] = {}
     responses: dict[str, Any] = {}
+    # a response (and the stream of the same name) answered by another model than the
+    # file's: e.g. an id no family rule knows
+    models = {str(k): str(v) for k, v in (cases.get("response_models") or {}).items()}
     for name, body in (cases.get("responses") or {}).items():
+        model = models.get(name, cases.get("model"))
         try:
             parsed = engine.parse_response(body, rid, tools=tools, model=model, ids="sequential")
         except ToolrulesError as exc:
@@ -238,6 +243,7 @@ def _golden(engine: Any, rid: str, shared: dict[str, Any], cases: dict[str, Any]
         out["responses"] = responses
     streams: dict[str, Any] = {}
     for name, case in (cases.get("streams") or {}).items():
+        model = models.get(name, cases.get("model"))
         stream = engine.response_stream(rid, tools=tools, model=model, ids="sequential")
         chunks: list[StreamChunk] = []
         for event in case.get("events") or []:
@@ -256,6 +262,9 @@ def _golden(engine: Any, rid: str, shared: dict[str, Any], cases: dict[str, Any]
         streams[name] = {"chunks": [_chunk(c) for c in chunks], "result": parsed_dict(result)}
     if streams:
         out["streams"] = streams
+    if models:
+        out["response_models"] = models
+    model = cases.get("model")
     media = _media_cases(engine, rid, model, shared.get("media") or {}, problems)
     if media:
         out["media"] = media

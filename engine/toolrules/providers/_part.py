@@ -522,29 +522,41 @@ class ProvidersPart(Part):
         wt = WireTools({names[t.name]: (t.name, t) for t in tool_list}, transform)
         return wt, set(names)
 
-    def _content_parser(self, model: str | None, tools: Any, ids: str = "random") -> Any:
+    def _content_parser(self, model: str | None, tools: Any, ids: str = "random",
+                        dialect: str | None = None) -> Any:
         """The text parser for a response's content field. That field starts after the
         prompt, and a server that splits reasoning has already removed it: content never
         starts inside a reasoning block a template's generation prompt opened."""
-        parser = self.engine.text_parser(model=model, tools=tools, ids=ids)
+        parser = self.engine.text_parser(model=model, tools=tools, ids=ids, dialect=dialect)
         if parser.starts_in_reasoning:
             parser = self.engine.text_parser(model=model, tools=tools, ids=ids,
-                                             generation_prompt="")
+                                             dialect=dialect, generation_prompt="")
         return parser
 
-    def _fallback(self, prov: Provider, model: str | None, tools: Any = None) -> bool:
-        """Is the content read for calls too? `dialect`: servers that may run without a
-        tool-call parser hand a model's calls back as raw text in its trained format."""
+    def _fallback(self, prov: Provider, model: str | None, tools: Any = None
+                  ) -> tuple[bool, str | None]:
+        """Is the content read for calls too, and with which dialect (None: the model's
+        own, `dialect_for`)? `dialect`: servers that may run without a tool-call parser
+        hand a model's calls back as raw text in its trained format - or, for an id no
+        family rule knows (sent its tools natively, its format unknown), in whatever
+        shape: the rule's `unknown_dialect` reads it."""
         if prov.text_fallback == "never":
-            return False
+            return False, None
+        if tools and prov.unknown_dialect and model is not None and \
+                prov.text_fallback in ("dialect", "always"):
+            res = self.engine.resolve_model(model)
+            # no family rule, no dialect from an override either, and the tools went
+            # natively (an emulated model answers in the format its prompt asked for)
+            if not res.spec.known and not res.capability.dialect and self._native(model):
+                return True, prov.unknown_dialect
         if prov.text_fallback == "always":
-            return True
+            return True, None
         if model is None:
-            return False
+            return False, None
         cap = self.engine.capability(model)
         if prov.text_fallback == "dialect" and tools and cap.dialect:
-            return True
-        return not self._native(model) or bool(cap.text_fallback)
+            return True, None
+        return not self._native(model) or bool(cap.text_fallback), None
 
     def parse_response(self, body: Any, provider: str, tools: Any = None,
                        model: str | None = None, *, strict: Any = None,
@@ -594,11 +606,13 @@ class ProvidersPart(Part):
         content = "".join(texts) or None
         reasoning_text = "".join(reasoning) or None
         repairs: tuple[str, ...] = ()
-        if content and self._fallback(prov, model, tools):
+        reads, dialect = self._fallback(prov, model, tools) if content else (False, None)
+        if reads:
             # Parsing hierarchy (UTP §2.3): native calls first; calls read from the text
             # follow, except those identical to a native one (a server that parsed the
             # calls and also left their text in the content).
-            parsed = self._content_parser(model, tools, ids).parse(content, finish_reason=finish)
+            parsed = self._content_parser(model, tools, ids, dialect).parse(
+                content, finish_reason=finish)
             content = parsed.content
             reasoning_text = "".join(x for x in (reasoning_text, parsed.reasoning_content) if x) or None
             calls = merge_calls(calls, parsed.tool_calls)
@@ -621,8 +635,9 @@ class ProvidersPart(Part):
             raise CapabilityError(f"provider {prov.id!r} has no stream rules")
         wt, known = self._restore_info(prov, tools, model, strict)
         text_stream = None
-        if self._fallback(prov, model, tools):
-            text_stream = self._content_parser(model, tools, ids).stream()
+        reads, dialect = self._fallback(prov, model, tools)
+        if reads:
+            text_stream = self._content_parser(model, tools, ids, dialect).stream()
         return ProviderStream(prov, wt, known, text_stream)
 
     def build_response(self, parsed: Any, provider: str, model: str | None = None, *,

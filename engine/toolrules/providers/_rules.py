@@ -473,6 +473,7 @@ class Provider:
     response_transforms: tuple[str, ...]
     call_transforms: tuple[str, ...]
     text_fallback: str
+    unknown_dialect: str | None
     response_build: Expr | None
     response_message: Expr | None
     id_prefix: str
@@ -617,6 +618,7 @@ def compile_provider(rs: RuleSet, rule_id: str) -> Provider:
         response_transforms=tuple(resp.get("transforms") or ()),
         call_transforms=tuple(resp.get("call_transforms") or ()),
         text_fallback=resp.get("text_fallback", "capability"),
+        unknown_dialect=resp.get("unknown_dialect"),
         response_build=_expr(resp.get("build"), f"{w} response.build"),
         response_message=_expr(resp.get("message"), f"{w} response.message"),
         id_prefix=resp.get("id_prefix", ""),
@@ -764,6 +766,13 @@ def check_rules(rs: RuleSet, rep: Any, failed: set[tuple[str, str]]) -> None:
                       "provider-incomplete")
         _check_media(rep, rf, rid, merged)
         _check_fields(rep, rf, rid, data, merged)
+        unknown = (merged.get("response") or {}).get("unknown_dialect")
+        dialects = rs.files.get("dialect", {})
+        if isinstance(unknown, str) and unknown not in dialects:
+            own = isinstance(data.get("response"), dict) and "unknown_dialect" in data["response"]
+            rep.error(rf, ("response", "unknown_dialect") if own else (),
+                      f"response.unknown_dialect {unknown!r} is not a dialect"
+                      + _hint(unknown, sorted(dialects)), "missing-dialect")
     strategies = rs.get("table", "schema_strategies")
     names: set[str] = set()
     if strategies is not None and ("table", "schema_strategies") not in failed \

@@ -74,6 +74,8 @@ class HttpRules:
     error_type: Expr | None
     retry_after: tuple[str, ...]
     retry_delay: Expr | None
+    models_path: str | None = None
+    models_list: Expr | None = None
     placeholders: frozenset[str] = field(default=frozenset())
 
     # ------------------------------------------------------------ where to
@@ -116,6 +118,27 @@ class HttpRules:
         if stream:
             query.update(self.stream_query)
         return base + path + ("?" + urlencode(query) if query else "")
+
+    def models_url(self, base: str) -> str | None:
+        """Where the provider lists its models (GET), or None when its rule says nowhere."""
+        if not self.models_path:
+            return None
+        path = self.models_path if self.models_path.startswith("/") else "/" + self.models_path
+        return base + path
+
+    def read_models(self, data: Any) -> list[dict[str, Any]]:
+        """The models in a listing answer: [{id, created?, created_at?, display_name?}]
+        (entries without a string id are skipped)."""
+        if self.models_list is None:
+            return []
+        found = _search(self.models_list, data)
+        out = []
+        for item in found if isinstance(found, list) else ():
+            if isinstance(item, dict) and isinstance(item.get("id"), str) and item["id"]:
+                out.append({k: v for k, v in item.items()
+                            if k in ("id", "created", "created_at", "display_name")
+                            and v is not None})
+        return out
 
     # ------------------------------------------------------------ the key
 
@@ -238,6 +261,7 @@ def compile_http(data: dict[str, Any], provider: str) -> HttpRules | None:
     stream = http.get("stream") or {}
     errors = http.get("errors") or {}
     region = http.get("region") or {}
+    models = http.get("models") or {}
 
     def expr(value: Any, where: str) -> Expr | None:
         return Expr(value, f"{w}.{where}") if isinstance(value, str) and value else None
@@ -271,6 +295,8 @@ def compile_http(data: dict[str, Any], provider: str) -> HttpRules | None:
         error_type=expr(errors.get("type"), "errors.type"),
         retry_after=tuple(h.lower() for h in (errors.get("retry_after") or ["retry-after"])),
         retry_delay=expr(errors.get("retry_delay"), "errors.retry_delay"),
+        models_path=models.get("path"),
+        models_list=expr(models.get("list"), "models.list"),
         placeholders=frozenset(m for t in texts for m in _PLACEHOLDER.findall(t)),
     )
 
@@ -321,6 +347,11 @@ def check_rules(rs: RuleSet, rep: Any, failed: set[tuple[str, str]]) -> None:
         if (merged.get("stream") or {}).get("events") and not stream.get("framing"):
             rep.error(rf, where, f"provider {rid!r} has stream events but no "
                       "`http.stream.framing`", "http-incomplete")
+        models = http.get("models") or {}
+        if models and not (models.get("path") and models.get("list")):
+            missing = "path" if not models.get("path") else "list"
+            rep.error(rf, where, f"`http.models` needs `{missing}` too (and inherits none): "
+                      "where the models are listed and how to read them", "http-incomplete")
 
 
 def _check_own(rep: Any, rf: Any, http: dict[str, Any]) -> None:
@@ -337,7 +368,8 @@ def _check_own(rep: Any, rf: Any, http: dict[str, Any]) -> None:
     if isinstance(base, str) and not re.match(r"^https?://[^/]", base):
         rep.error(rf, ("http", "base_url"), f"base_url {base!r} is not an http(s) URL",
                   "http-base-url")
-    for key in ("path",):
-        value = http.get(key)
+    for key in ("path", "models.path"):
+        value = http.get(key) if "." not in key else (http.get("models") or {}).get("path")
         if isinstance(value, str) and value and not value.startswith("/"):
-            rep.error(rf, ("http", key), f"{key} {value!r} must start with '/'", "http-path")
+            rep.error(rf, ("http", *key.split(".")), f"{key} {value!r} must start with '/'",
+                      "http-path")

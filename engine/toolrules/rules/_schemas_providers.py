@@ -224,6 +224,13 @@ _HTTP = _section("how a client reaches the provider over HTTP (toolrules.connect
         "error": _expr("over one event: the provider's message when the event reports a "
                        "failure inside the stream", "error: \"type == 'error' && error.message\""),
     }),
+    "models": _section("listing the provider's models (GET; toolrules serve's /v1/models "
+                       "for a route that passes model names through)", {
+        "path": _str("appended to the base URL", "path: /models"),
+        "list": _expr("over the answer: the models as a list of {id, created (Unix seconds), "
+                      "created_at (RFC 3339), display_name}; only id is needed",
+                      "list: \"data[].{id: id, created: created}\""),
+    }),
     "errors": _section("reading a failed response", {
         "message": _expr("over the error body: the provider's message",
                          "message: \"error.message || message\""),
@@ -449,6 +456,12 @@ PROVIDER_SCHEMA: dict[str, Any] = {
                               "read from the text that equals a native one is dropped",
                               "text_fallback: dialect",
                               allowed=["capability", "dialect", "always", "never"]),
+        "unknown_dialect": _str("the dialect that reads the content for a model id no family "
+                                "rule knows (its trained format is unknown) when tools were "
+                                "offered and text_fallback is dialect or always: a server "
+                                "without a tool parser hands such a model's calls back as raw "
+                                "text of some common shape. Omitted: that content is text",
+                                "unknown_dialect: auto"),
         "build": _expr("build_response: the body; view: {id, model, created, message, messages, "
                        "text, reasoning, tool_calls, finish_reason, usage: {input_tokens, "
                        "output_tokens} or null}"),

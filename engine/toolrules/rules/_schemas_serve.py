@@ -105,6 +105,11 @@ _SERVER = _section("server limits and behaviour", {
                           "its stream); past it that request ends with a 502 in the "
                           "client's error shape, the others go on (0: no limit)",
                           "parse_timeout: 5"),
+    "models_cache": _num("seconds GET /v1/models keeps the model list an upstream gave (for a "
+                         "route that passes model names through)", "models_cache: 30"),
+    "models_timeout": _num("seconds to wait for an upstream's model list; past it (or on any "
+                           "failure) the configured names are listed and the reason logged",
+                           "models_timeout: 5"),
 })
 
 SERVE_SCHEMA: dict[str, Any] = {

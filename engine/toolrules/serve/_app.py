@@ -97,6 +97,9 @@ class _Upstreams:
         from ..clients._http import HttpModel
 
         self._clients: dict[int, Any] = {}
+        # the upstream's model list per route (pass-through routes): (monotonic time, list)
+        self._models: dict[int, tuple[float, list[dict[str, Any]]]] = {}
+        self._models_lock: dict[int, asyncio.Lock] = {}
         for route in config.routes:
             up = route.upstream
             key = os.environ.get(up.api_key_env) if up.api_key_env else None
@@ -118,6 +121,21 @@ class _Upstreams:
 
     def provider(self, route: Route) -> Any:
         return self._clients[route.index]
+
+    async def models(self, route: Route, cache: float, timeout: float) -> list[dict[str, Any]]:
+        """What the route's upstream lists (`http.models` of its provider rule), asked at
+        most every `cache` seconds; a failure raises (ProviderError, CapabilityError)."""
+        hit = self._models.get(route.index)
+        if hit is not None and time.monotonic() - hit[0] < cache:
+            return hit[1]
+        lock = self._models_lock.setdefault(route.index, asyncio.Lock())
+        async with lock:  # concurrent listings ask the upstream once
+            hit = self._models.get(route.index)
+            if hit is not None and time.monotonic() - hit[0] < cache:
+                return hit[1]
+            found = await self._clients[route.index].list_models(timeout=timeout)
+            self._models[route.index] = (time.monotonic(), found)
+            return found
 
     async def aclose(self) -> None:
         for c in self._clients.values():
@@ -459,11 +477,47 @@ class ServeApp:
         front = self._front_for(request.headers, request.url.path)
         if not self._authorized(front, request.headers):
             return self._error_response(front, _Reject(401, "invalid or missing API key"))
-        when = int(self.started)
-        stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(when))
-        models = [{"id": name, "created": when, "created_at": stamp}
-                  for name in self.config.listed_models()]
-        return JSONResponse(front.models(models))
+        return JSONResponse(front.models(await self.model_list()))
+
+    async def model_list(self) -> list[dict[str, Any]]:
+        """The names clients may ask for, in route order: each listed route's own name,
+        and for a route that passes names through, the models its upstream lists that
+        the route would serve (no earlier route claims them). An upstream that cannot
+        list its models leaves the configured names; the reason is logged."""
+        server = self.config.server
+        out: dict[str, dict[str, Any]] = {}
+        for route in self.config.routes:
+            if route.name is not None and route.listed:
+                out.setdefault(route.name, {"id": route.name})
+            if not route.passes_names:
+                continue
+            try:
+                found = await self.upstreams.models(route, server.models_cache,
+                                                    server.models_timeout)
+            except (ProviderError, ToolrulesError) as exc:
+                up = route.upstream
+                log.warning("GET /v1/models: route %d (%s%s) could not list its upstream's "
+                            "models, so only the configured names are listed: %s",
+                            route.index, up.provider, f" at {up.base_url}" if up.base_url
+                            else "", safe_error(exc))
+                continue
+            for entry in found:
+                if entry["id"] not in out and self.config.route(entry["id"]) is route:
+                    out[entry["id"]] = entry
+        return [self._model_entry(e) for e in out.values()]
+
+    def _model_entry(self, entry: dict[str, Any]) -> dict[str, Any]:
+        """{id, created (Unix seconds), created_at (RFC 3339), display_name}: what the
+        upstream said, else the proxy's start time and the id."""
+        created = entry.get("created")
+        if not isinstance(created, int) or isinstance(created, bool) or created < 0:
+            created = int(self.started)
+        stamp = entry.get("created_at")
+        if not isinstance(stamp, str) or not stamp:
+            stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(created))
+        name = entry.get("display_name")
+        return {"id": entry["id"], "created": created, "created_at": stamp,
+                "display_name": name if isinstance(name, str) and name else entry["id"]}
 
     async def count_tokens(self, request: Any, front: Any) -> Any:
         from starlette.responses import JSONResponse

@@ -71,6 +71,11 @@ class Route:
             return True
         return self.pattern is not None and self.pattern.search(model) is not None
 
+    @property
+    def passes_names(self) -> bool:
+        """The client's model name goes upstream as it is (no `upstream.model`)."""
+        return self.upstream.model is None
+
     def upstream_model(self, requested: str) -> str:
         """The model name sent upstream: the route's, or the client's passed through."""
         return self.upstream.model or requested
@@ -116,6 +121,8 @@ class ServerSettings:
     max_retries: int = 0
     builtin_tools: str = "omit"
     parse_timeout: float = 5.0
+    models_cache: float = 30.0
+    models_timeout: float = 5.0
 
 
 @dataclass(frozen=True)
@@ -136,6 +143,8 @@ class ServeConfig:
         return None
 
     def listed_models(self) -> list[str]:
+        """The names the configuration lists (GET /v1/models adds what the upstreams of
+        pass-through routes list)."""
         return [r.name for r in self.routes if r.name is not None and r.listed]
 
 
@@ -252,7 +261,9 @@ def load_config(engine: Any, path: str | os.PathLike[str] | None = None, *,
         connect_timeout=float(srv.get("connect_timeout", ServerSettings.connect_timeout)),
         max_retries=int(srv.get("max_retries", ServerSettings.max_retries)),
         builtin_tools=str(srv.get("builtin_tools") or ServerSettings.builtin_tools),
-        parse_timeout=float(srv.get("parse_timeout", ServerSettings.parse_timeout)))
+        parse_timeout=float(srv.get("parse_timeout", ServerSettings.parse_timeout)),
+        models_cache=float(srv.get("models_cache", ServerSettings.models_cache)),
+        models_timeout=float(srv.get("models_timeout", ServerSettings.models_timeout)))
     route_data = [r for r in data.get("routes") or () if isinstance(r, dict)]
     if upstream:
         provider, _sep, model = upstream.partition(":")

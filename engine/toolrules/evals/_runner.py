@@ -324,13 +324,14 @@ def run_unit(unit: Unit, rule_paths: Sequence[str] = (), trace_dir: str | None =
     base = _base_engine(tuple(rule_paths))
     scenarios = {s.id: s for s in load_scenarios(base, list(unit.scenarios))}
     out: list[RunRecord] = []
-    for sid in unit.scenarios:
-        for trial in range(1, unit.trials + 1):
-            rec = asyncio.run(_run_async(base, unit.target, scenarios[sid], unit.strategy,
-                                         unit.profile, trial, trace_dir))
-            out.append(rec)
-            if on_run is not None:
-                on_run(rec)
+    with asyncio.Runner() as runner:  # one event loop for the unit's runs, not one each
+        for sid in unit.scenarios:
+            for trial in range(1, unit.trials + 1):
+                rec = runner.run(_run_async(base, unit.target, scenarios[sid], unit.strategy,
+                                            unit.profile, trial, trace_dir))
+                out.append(rec)
+                if on_run is not None:
+                    on_run(rec)
     return out
 
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from .._errors import InputTooLargeError, ParseError, UnknownRuleError
-from .._types import ParsedResponse, StreamChunk, coerce_tools
+from .._types import MAX_TEXT_CHARS, ParsedResponse, StreamChunk, coerce_tools
 from ..rules._part import Part
 
 if TYPE_CHECKING:  # the scanner is imported on first use: `import toolrules` stays light
@@ -22,7 +22,6 @@ if TYPE_CHECKING:  # the scanner is imported on first use: `import toolrules` st
 
 __all__ = ["DialectsPart", "TextParser", "TextStream"]
 
-MAX_TEXT_CHARS = 16 * 1024 * 1024
 
 
 class TextParser:

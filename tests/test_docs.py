@@ -26,7 +26,9 @@ from __future__ import annotations
 import ast
 import asyncio
 import contextlib
+import functools
 import io
+import itertools
 import os
 import re
 import subprocess
@@ -95,7 +97,7 @@ def parse_blocks(markdown: str) -> list[Block]:
         lang = info.split()[0].lstrip(".{") if info else ""
         blocks.append(Block(lang, info, "\n".join(body), i + 1, skip))
         i = j + 1
-    for a, b in zip(blocks, blocks[1:]):
+    for a, b in itertools.pairwise(blocks):
         if a.lang == "python" and b.lang == "text" and "title=" not in b.info:
             a.output, b.used_as_output = b, True
     return blocks
@@ -112,7 +114,7 @@ def lines_match(expected: list[str], actual: list[str]) -> bool:
     exp = [e.rstrip() for e in expected]
     act = [a.rstrip() for a in actual]
 
-    @__import__("functools").cache
+    @functools.cache
     def go(i: int, j: int) -> bool:
         if i == len(exp):
             return j == len(act)

@@ -9,13 +9,24 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from . import _dialects, _emulation, _local, _models, _providers, _runtime, _serve
+from . import (
+    _dialects,
+    _emulation,
+    _eval,
+    _local,
+    _models,
+    _providers,
+    _runtime,
+    _serve,
+    _startup,
+)
 
 __all__ = ["SECTIONS"]
 
 Section = Callable[[Any, bool], list[tuple[str, str]]]
 
 SECTIONS: tuple[tuple[str, Section], ...] = (
+    ("import", _startup.bench),
     ("models", _models.bench),
     ("dialects", _dialects.bench),
     ("providers", _providers.bench),
@@ -23,4 +34,5 @@ SECTIONS: tuple[tuple[str, Section], ...] = (
     ("runtime", _runtime.bench),
     ("serve", _serve.bench),
     ("local", _local.bench),
+    ("eval", _eval.bench),
 )

@@ -89,7 +89,7 @@ def _cell(text: Any) -> str:
 def _table(schema: Mapping[str, Any]) -> list[str]:
     lines = ["| field | type | constraints | what it is |", "|---|---|---|---|"]
     for path, rule in schema_fields(schema):
-        meta = rule.get("meta") if isinstance(rule.get("meta"), Mapping) else {}
+        meta: Mapping[str, Any] = rule["meta"] if isinstance(rule.get("meta"), Mapping) else {}
         doc = str(meta.get("doc") or "")
         if meta.get("example"):
             doc += f" — e.g. `{meta['example']}`"

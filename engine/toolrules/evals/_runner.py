@@ -25,7 +25,7 @@ from ._metrics import RunRecord, events_for
 from ._scenarios import Scenario, load_scenarios
 from ._scripted import ScriptedPersona
 
-__all__ = ["EvalPlan", "Unit", "derived_engine", "plan", "run_plan", "run_unit"]
+__all__ = ["EvalPlan", "Unit", "auto_jobs", "derived_engine", "plan", "run_plan", "run_unit"]
 
 
 @dataclass(frozen=True)
@@ -333,6 +333,28 @@ def run_unit(unit: Unit, rule_paths: Sequence[str] = (), trace_dir: str | None =
                 if on_run is not None:
                     on_run(rec)
     return out
+
+
+# `--jobs` left to toolrules: parallel only where it pays and cannot disturb a model
+AUTO_MIN_UNITS = 20
+AUTO_MAX_JOBS = 4
+
+
+def auto_jobs(p: EvalPlan) -> int:
+    """Worker processes for a plan when the caller leaves it to us: one per CPU this
+    process may use (at most AUTO_MAX_JOBS) for an offline plan of AUTO_MIN_UNITS units or
+    more - scripted runs are CPU-bound and independent, and results come back in plan
+    order whatever the scheduling - else 1 (a small plan does not repay starting workers;
+    a live model is not to be queried from several processes at once)."""
+    import os
+
+    if len(p.units) < AUTO_MIN_UNITS or not all(u.target.offline for u in p.units):
+        return 1
+    try:
+        cpus = len(os.sched_getaffinity(0))
+    except AttributeError:  # pragma: no cover - not on Linux
+        cpus = os.cpu_count() or 1
+    return max(1, min(cpus, AUTO_MAX_JOBS))
 
 
 def run_plan(p: EvalPlan, jobs: int = 1,

@@ -32,6 +32,15 @@ class Redactor:
         self.keys = re.compile(table["keys"])
         self.patterns = [re.compile(p) for p in table.get("patterns") or ()]
         self._any = _any_of(self.patterns)
+        self._keys_seen: dict[str, bool] = {}
+
+    def _secret_key(self, key: str) -> bool:
+        hit = self._keys_seen.get(key)
+        if hit is None:
+            hit = self.keys.search(key) is not None
+            if len(self._keys_seen) < 4096:  # keys repeat: role, content, arguments ...
+                self._keys_seen[key] = hit
+        return hit
 
     def text(self, s: str) -> str:
         if self._any is not None and self._any.search(s) is None:
@@ -44,7 +53,7 @@ class Redactor:
         if isinstance(value, str):
             return self.text(value)
         if isinstance(value, dict):
-            return {k: (self.mask if isinstance(k, str) and self.keys.search(k)
+            return {k: (self.mask if isinstance(k, str) and self._secret_key(k)
                         and isinstance(v, (str, int, float)) else self(v))
                     for k, v in value.items()}
         if isinstance(value, (list, tuple)):

@@ -354,3 +354,22 @@ def test_api_reference_lists_every_public_name():
     listed = set(re.findall(r"^::: toolrules\.(\w+)", text, re.M))
     missing = sorted(set(toolrules.__all__) - {"__version__"} - listed)
     assert not missing, f"add to docs/reference/python-api.md: {missing}"
+
+
+def test_generated_reference_pages_cover_every_kind_table_and_check():
+    from toolrules.rules._checks import LINT_CHECKS
+    from toolrules.rules._schema_docs import lint_checks_markdown, schemas_markdown
+    from toolrules.rules._schemas import KIND_SCHEMAS, TABLE_SCHEMAS
+
+    schemas = schemas_markdown()
+    for kind in KIND_SCHEMAS:
+        assert f"### `{kind}`" in schemas
+    for table in TABLE_SCHEMAS:
+        assert f"### `{table}.yaml`" in schemas
+    # nested fields, list items and free-keyed mappings all get a row
+    assert "| `defaults.native_tools` | boolean |" in schemas
+    assert "| `capabilities[].when` |" in schemas
+    checks = lint_checks_markdown()
+    assert all(f"| `{c.id}` |" in checks for c in LINT_CHECKS)
+    hook = (DOCS / "_hooks" / "generated_pages.py").read_text(encoding="utf-8")
+    assert "reference/rule-schemas.md" in hook and "reference/lint-checks.md" in hook

@@ -53,6 +53,7 @@ def bench(engine: Any, quick: bool) -> list[tuple[str, str]]:
         bare = int(subprocess.run([sys.executable, "-c", "import sys; print(len(sys.modules))"],
                                   env=env, check=True, capture_output=True,
                                   text=True).stdout.strip())
+        slowest = _importtime(env)
     wall = {k: statistics.median(v) * 1e3 for k, v in walls.items()}
     cpu = {k: statistics.median(v) * 1e3 for k, v in cpus.items()}
     verdict = "within" if wall["import+load"] <= BUDGET_MS else "OVER"
@@ -67,4 +68,18 @@ def bench(engine: Any, quick: bool) -> list[tuple[str, str]]:
         ("modules in sys.modules after import + load() (bare interpreter)",
          f"{modules} ({bare})"),
         ("rounds (median; the three programs alternate)", str(rounds)),
+        ("slowest imports by own time (-X importtime, one run)", slowest),
     ]
+
+
+def _importtime(env: dict[str, str]) -> str:
+    """The three modules with the most import time of their own under `-X importtime`."""
+    proc = subprocess.run([sys.executable, "-X", "importtime", "-c", _PROGRAMS["import+load"]],
+                          env=env, check=True, capture_output=True, text=True)
+    rows = []
+    for line in proc.stderr.splitlines():
+        parts = line.split("|")
+        if len(parts) == 3 and parts[0].startswith("import time:") and parts[1].strip().isdigit():
+            rows.append((int(parts[1].strip()), parts[2].strip()))
+    rows.sort(reverse=True)
+    return ", ".join(f"{name} {us / 1e3:.1f} ms" for us, name in rows[:3]) or "-"

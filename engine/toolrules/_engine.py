@@ -13,8 +13,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from functools import cached_property
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from ._errors import Problem, RuleError
-from ._types import MAX_TEXT_CHARS
+from ._errors import MAX_TEXT_CHARS, Problem, RuleError
 from .rules._loader import RuleSet, cache_read, cache_write, discover, layers_for
 
 if TYPE_CHECKING:

@@ -13,7 +13,6 @@ from enum import StrEnum
 from typing import Any, Protocol
 
 __all__ = [
-    "MAX_TEXT_CHARS",
     "PART_TYPES",
     "Capability",
     "ContentPart",
@@ -110,9 +109,6 @@ class ToolResult:
     def ok(self) -> bool:
         return self.error is None
 
-
-# the longest raw model output a text parser reads (InputTooLargeError past it)
-MAX_TEXT_CHARS = 16 * 1024 * 1024
 
 PART_TYPES = ("text", "image", "audio", "document")
 """The kinds of content a message can carry (`ContentPart.type`)."""

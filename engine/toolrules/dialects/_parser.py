@@ -12,8 +12,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from .._errors import InputTooLargeError, ParseError, UnknownRuleError
-from .._types import MAX_TEXT_CHARS, ParsedResponse, StreamChunk, coerce_tools
+from .._errors import MAX_TEXT_CHARS, InputTooLargeError, ParseError, UnknownRuleError
+from .._types import ParsedResponse, StreamChunk, coerce_tools
 from ..rules._part import Part
 
 if TYPE_CHECKING:  # the scanner is imported on first use: `import toolrules` stays light

@@ -226,7 +226,7 @@ class ParsedResponse:
 
 
 class StreamChunkType(StrEnum):
-    """Kinds of typed stream chunks (see the streaming contract in the README)."""
+    """Kinds of typed stream chunks (see docs/concepts/streaming.md, the streaming contract)."""
 
     TEXT = "text"
     REASONING = "reasoning"

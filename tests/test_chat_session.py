@@ -388,14 +388,16 @@ def test_start_errors_are_one_clear_line(tmp_path, ws, args, code, message):
     assert "error:" in r.output and message in r.output and "Traceback" not in r.output
 
 
-# ---------------------------------------------------------------- the README's example
+# ---------------------------------------------------------------- the docs' example
 
 def _readme_chat_blocks():
-    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text(encoding="utf-8")
-    section = readme[readme.index("## Chat: `toolrules chat`"):]
-    section = section[:section.index("\n## ", 10)]
-    blocks = re.findall(r"```(\w+)\n(.*?)```", section, re.S)
-    return {lang: body for lang, body in blocks}
+    """The interactive session of docs/guides/chat.md (a terminal session, so the docs
+    test skips it and this test replays it), its two scripts and the tools file."""
+    page = (Path(__file__).resolve().parent.parent / "docs" / "guides" / "chat.md")
+    blocks = re.findall(r"```(\w+)\n(.*?)```", page.read_text(encoding="utf-8"), re.S)
+    wanted = {"console": "you> ::model", "yaml": "# llama.yaml", "python": "# mytools.py"}
+    return {lang: next(body for kind, body in blocks if kind == lang and mark in body)
+            for lang, mark in wanted.items()}
 
 
 def test_the_readme_session_is_what_the_chat_prints(tmp_path, monkeypatch):

@@ -24,29 +24,12 @@ def _module_name(path: Path) -> str:
     return ".".join(parts)
 
 
-def _is_type_checking_block(node: ast.AST) -> bool:
-    return isinstance(node, ast.If) and (
-        (isinstance(node.test, ast.Name) and node.test.id == "TYPE_CHECKING")
-        or (isinstance(node.test, ast.Attribute) and node.test.attr == "TYPE_CHECKING"))
-
-
-def _runtime_imports(tree: ast.AST) -> list[ast.ImportFrom | ast.Import]:
-    """Every import the module can execute: top level and inside functions, but not the
-    ones under `if TYPE_CHECKING:` (annotations only)."""
-    out: list[ast.ImportFrom | ast.Import] = []
-
-    def walk(node: ast.AST) -> None:
-        for child in ast.iter_child_nodes(node):
-            if _is_type_checking_block(child):
-                for sub in child.orelse:  # type: ignore[attr-defined]
-                    walk(sub)
-                continue
-            if isinstance(child, (ast.Import, ast.ImportFrom)):
-                out.append(child)
-            walk(child)
-
-    walk(tree)
-    return out
+def _imports(tree: ast.AST) -> list[ast.ImportFrom | ast.Import]:
+    """Every import in the module: top level, inside functions, and under
+    `if TYPE_CHECKING:` too - a type annotation that names a higher layer is a dependency
+    on it as much as a call is (a lower layer names a higher one through a Protocol of its
+    own)."""
+    return [n for n in ast.walk(tree) if isinstance(n, (ast.Import, ast.ImportFrom))]
 
 
 def _resolve(module: str, is_package: bool, node: ast.ImportFrom) -> list[str]:
@@ -62,47 +45,73 @@ def _resolve(module: str, is_package: bool, node: ast.ImportFrom) -> list[str]:
     return [base] + [f"{base}.{alias.name}" for alias in node.names]
 
 
-def import_graph() -> dict[str, set[str]]:
-    modules = {_module_name(p): p for p in PKG.rglob("*.py")}
-    graph: dict[str, set[str]] = {m: set() for m in modules}
-    for name, path in modules.items():
-        tree = ast.parse(path.read_text(encoding="utf-8"))
-        is_pkg = path.name == "__init__.py"
-        for node in _runtime_imports(tree):
+def graph_of(sources: dict[str, tuple[str, bool]]) -> dict[str, set[str]]:
+    """module name -> the modules it imports, from {name: (source, is_package)}."""
+    graph: dict[str, set[str]] = {m: set() for m in sources}
+    for name, (text, is_pkg) in sources.items():
+        for node in _imports(ast.parse(text)):
             if isinstance(node, ast.Import):
                 targets = [a.name for a in node.names]
             else:
                 targets = _resolve(name, is_pkg, node)
             for t in targets:
-                if t in modules and t != name:
+                if t in sources and t != name:
                     graph[name].add(t)
     return graph
 
 
-def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
-    state: dict[str, int] = {}
+def import_graph() -> dict[str, set[str]]:
+    return graph_of({_module_name(p): (p.read_text(encoding="utf-8"), p.name == "__init__.py")
+                     for p in PKG.rglob("*.py")})
+
+
+def find_cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Every import cycle: the strongly connected components of more than one module
+    (Tarjan's algorithm, iterative), each sorted, in sorted order."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    on_stack: set[str] = set()
     stack: list[str] = []
+    out: list[list[str]] = []
+    for root in sorted(graph):
+        if root in index:
+            continue
+        work = [(root, iter(sorted(graph[root])))]
+        index[root] = low[root] = len(index)
+        stack.append(root)
+        on_stack.add(root)
+        while work:
+            node, children = work[-1]
+            child = next(children, None)
+            if child is not None:
+                if child not in index:
+                    index[child] = low[child] = len(index)
+                    stack.append(child)
+                    on_stack.add(child)
+                    work.append((child, iter(sorted(graph[child]))))
+                elif child in on_stack:
+                    low[node] = min(low[node], index[child])
+                continue
+            work.pop()
+            if work:
+                low[work[-1][0]] = min(low[work[-1][0]], low[node])
+            if low[node] == index[node]:
+                comp = []
+                while True:
+                    top = stack.pop()
+                    on_stack.discard(top)
+                    comp.append(top)
+                    if top == node:
+                        break
+                if len(comp) > 1:
+                    out.append(sorted(comp))
+    return sorted(out)
 
-    def visit(node: str) -> list[str] | None:
-        state[node] = 1
-        stack.append(node)
-        for nxt in sorted(graph[node]):
-            if state.get(nxt) == 1:
-                return stack[stack.index(nxt):] + [nxt]
-            if nxt not in state:
-                found = visit(nxt)
-                if found:
-                    return found
-        stack.pop()
-        state[node] = 2
-        return None
 
-    for node in sorted(graph):
-        if node not in state:
-            found = visit(node)
-            if found:
-                return found
-    return None
+def _describe(graph: dict[str, set[str]], cycle: list[str]) -> str:
+    members = set(cycle)
+    edges = [f"{a} -> {b}" for a in cycle for b in sorted(graph[a]) if b in members]
+    return f"{len(cycle)} modules: " + "; ".join(edges)
 
 
 def test_the_import_graph_is_read():
@@ -110,17 +119,35 @@ def test_the_import_graph_is_read():
     assert "toolrules._engine" in graph
     assert "toolrules.rules._loader" in graph["toolrules._engine"]
     assert "toolrules.dialects._scanner" in graph["toolrules.dialects._parser"]
+    # imported only under `if TYPE_CHECKING:` and inside functions: both count
+    assert "toolrules.dialects._compile" in graph["toolrules._engine"]
+    assert "toolrules.models._part" in graph["toolrules._engine"]
 
 
 def test_no_import_cycles():
-    cycle = find_cycle(import_graph())
-    assert cycle is None, "import cycle: " + " -> ".join(cycle or [])
+    graph = import_graph()
+    cycles = find_cycles(graph)
+    assert len(cycles) == 0, f"{len(cycles)} import cycle(s), TYPE_CHECKING imports counted:\n" + \
+        "\n".join(_describe(graph, c) for c in cycles)
 
 
-def test_cycle_finder_finds_a_planted_cycle():
-    graph = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": set()}
-    assert find_cycle(graph) == ["a", "b", "c", "a"]
-    assert find_cycle({"a": {"b"}, "b": set()}) is None
+def test_cycle_finder_finds_planted_cycles():
+    graph = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"e"}, "e": {"d"}, "f": set()}
+    assert find_cycles(graph) == [["a", "b", "c"], ["d", "e"]]
+    assert find_cycles({"a": {"b"}, "b": set()}) == []
+
+
+def test_a_type_checking_import_closes_a_cycle():
+    sources = {
+        "pkg": ("", True),
+        "pkg.low": ("from typing import TYPE_CHECKING\n"
+                    "if TYPE_CHECKING:\n    from .high import Engine\n", False),
+        "pkg.high": ("from .low import Part\n", False),
+        "pkg.lazy": ("def f():\n    from . import high\n", False),
+    }
+    graph = graph_of(sources)
+    assert graph["pkg.low"] == {"pkg.high"} and "pkg.high" in graph["pkg.lazy"]
+    assert find_cycles(graph) == [["pkg.high", "pkg.low"]]
 
 
 def test_top_level_stays_small():

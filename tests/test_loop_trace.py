@@ -406,15 +406,15 @@ def test_the_emulation_prompt_is_rendered_once_per_tool_set():
     assert ENGINE.emulation(tools, LLAMA_EMULATED, task_hint="x") is not changed
 
 
-def test_the_readme_loop_example_runs():
+def test_the_docs_loop_example_runs():
     from pathlib import Path
 
-    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text(encoding="utf-8")
-    section = readme[readme.index("### The tool loop: from a task to an answer"):]
-    code = section[section.index("```python\n") + 10:]
+    page = Path(__file__).resolve().parent.parent / "docs" / "concepts" / "tool-loop.md"
+    text = page.read_text(encoding="utf-8")
+    code = text[text.index("```python\n") + 10:]
     code = code[:code.index("```")]
     namespace: dict = {}
-    exec(compile(code, "README.md", "exec"), namespace)  # our own README, not input
+    exec(compile(code, str(page), "exec"), namespace)  # our own docs, not input
     assert namespace["outcome"].rounds == 3 and namespace["outcome"].tool_calls == 2
 
 

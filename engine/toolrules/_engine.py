@@ -13,58 +13,60 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from functools import cached_property
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from ._errors import Problem, RuleError
-from ._types import Capability, Message, ModelSpec, ParsedResponse, Tool, ToolCall
-from .calls._part import CallsPart
-from .calls._policy import check_rules as _check_policies
-from .dialects._compile import check_rules as _check_dialects
-from .dialects._parser import MAX_TEXT_CHARS, DialectsPart
-from .emulation._chat import check_rules as _check_chat
-from .emulation._part import EmulationPart
-from .emulation._rules import check_rules as _check_emulation
-from .mcp._rules import check_rules as _check_mcp
-from .models._part import ModelsPart
-from .models._rules import check_rules as _check_models
-from .providers._constrained import check_rules as _check_constrained
-from .providers._part import ProvidersPart
-from .providers._rules import check_rules as _check_providers
-from .providers._transport import check_rules as _check_transport
-from .rules import _default
-from .rules._eval_rules import check_rules as _check_evals
-from .rules._lint import CrossCheck, lint
+from ._errors import MAX_TEXT_CHARS, Problem, RuleError
 from .rules._loader import RuleSet, cache_read, cache_write, discover, layers_for
-from .rules._loop_rules import check_rules as _check_loop
-from .rules._serve_rules import check_rules as _check_serve
-from .rules._tables import check_rules as _check_tables
 
 if TYPE_CHECKING:
-    from .calls._part import CallCheck
+    from ._types import Capability, Message, ModelSpec, ParsedResponse, Tool, ToolCall
+    from .calls._part import CallCheck, CallsPart
     from .calls._tool_errors import ToolError
     from .calls._validation import ToolEnvelope, ValidationError, ValidationResult
     from .dialects._compile import Dialect
-    from .dialects._parser import TextParser
+    from .dialects._parser import DialectsPart, TextParser
     from .emulation._chat import ChatPrompt
     from .emulation._grammar import CallGrammar
+    from .emulation._part import EmulationPart
     from .emulation._rules import EmulationPrompt, EmulationStyle
     from .emulation._turns import Turns
+    from .models._part import ModelsPart
     from .models._rules import Resolution
     from .providers._front import Front
+    from .providers._part import ProvidersPart
     from .providers._rules import Provider
+    from .rules._lint import CrossCheck
 
-__all__ = ["CROSS_CHECKS", "Engine", "lint_rules", "load"]
+__all__ = ["Engine", "cross_checks", "lint_rules", "load"]
 
 T = TypeVar("T")
 
-# Every concern's cross-checks between rule files, in the order lint reports them.
-CROSS_CHECKS: tuple[CrossCheck, ...] = (
-    _check_models, _check_providers, _check_transport, _check_constrained, _check_dialects,
-    _check_tables, _check_emulation, _check_chat, _check_loop, _check_policies, _check_evals,
-    _check_serve, _check_mcp)
+
+def cross_checks() -> tuple[CrossCheck, ...]:
+    """Every concern's cross-checks between rule files, in the order lint reports them.
+    Imported here, when a rule set is linted: loading from the validated cache needs none
+    of them."""
+    from .calls._policy import check_rules as policies
+    from .dialects._compile import check_rules as dialects
+    from .emulation._chat import check_rules as chat
+    from .emulation._rules import check_rules as emulation
+    from .mcp._rules import check_rules as mcp
+    from .models._rules import check_rules as models
+    from .providers._constrained import check_rules as constrained
+    from .providers._rules import check_rules as providers
+    from .providers._transport import check_rules as transport
+    from .rules._eval_rules import check_rules as evals
+    from .rules._loop_rules import check_rules as loop
+    from .rules._serve_rules import check_rules as serve
+    from .rules._tables import check_rules as tables
+
+    return (models, providers, transport, constrained, dialects, tables, emulation, chat,
+            loop, policies, evals, serve, mcp)
 
 
 def lint_rules(rs: RuleSet, thorough: bool = True) -> list[Problem]:
     """Every problem of the rule set: YAML, schemas and every concern's cross-checks."""
-    return lint(rs, thorough, CROSS_CHECKS)
+    from .rules._lint import lint
+
+    return lint(rs, thorough, cross_checks())
 
 
 class Engine:
@@ -88,22 +90,32 @@ class Engine:
 
     @cached_property
     def _models(self) -> ModelsPart:
+        from .models._part import ModelsPart
+
         return ModelsPart(self)
 
     @cached_property
     def _dialects(self) -> DialectsPart:
+        from .dialects._parser import DialectsPart
+
         return DialectsPart(self)
 
     @cached_property
     def _providers(self) -> ProvidersPart:
+        from .providers._part import ProvidersPart
+
         return ProvidersPart(self)
 
     @cached_property
     def _emulation(self) -> EmulationPart:
+        from .emulation._part import EmulationPart
+
         return EmulationPart(self)
 
     @cached_property
     def _calls(self) -> CallsPart:
+        from .calls._part import CallsPart
+
         return CallsPart(self)
 
     # ------------------------------------------------------------ model ids and capabilities (rules/models)
@@ -375,5 +387,3 @@ def load(paths: Sequence[str | os.PathLike[str]] | None = None, *, use_env: bool
             cache_write(rs)
     return Engine(rs)
 
-
-_default.set_default_factory(load)

@@ -25,6 +25,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 __all__ = [
+    "MAX_TEXT_CHARS",
     "CapabilityError",
     "InputTooLargeError",
     "McpError",
@@ -127,6 +128,10 @@ class SchemaError(ToolrulesError, ValueError):
 
 class InputTooLargeError(ToolrulesError, ValueError):
     """An input over its configured size limit."""
+
+
+# the longest raw model output a text parser reads by default (InputTooLargeError past it)
+MAX_TEXT_CHARS = 16 * 1024 * 1024
 
 
 class CapabilityError(ToolrulesError):

@@ -10,10 +10,7 @@ import json
 from collections.abc import Mapping
 from dataclasses import MISSING, dataclass, field, fields
 from enum import StrEnum
-from typing import TYPE_CHECKING, Any
-
-if TYPE_CHECKING:
-    from .calls._tool_errors import ToolError
+from typing import Any, Protocol
 
 __all__ = [
     "PART_TYPES",
@@ -26,6 +23,7 @@ __all__ = [
     "StreamChunkType",
     "Tool",
     "ToolCall",
+    "ToolErrorInfo",
     "ToolResult",
     "coerce_tool",
     "coerce_tools",
@@ -70,6 +68,28 @@ class ToolCall:
         return json.dumps(self.arguments, ensure_ascii=False)
 
 
+
+class ToolErrorInfo(Protocol):
+    """A structured tool failure as a `ToolResult` carries it; `toolrules.ToolError`
+    (calls/) is the one the engine makes. This module sits below calls/, so it names the
+    error by what it offers."""
+
+    @property
+    def code(self) -> str: ...
+    @property
+    def message(self) -> str: ...
+    @property
+    def recoverable(self) -> bool: ...
+    @property
+    def retry_strategy(self) -> str | None: ...
+    @property
+    def suggested_fix(self) -> str | None: ...
+    @property
+    def details(self) -> dict[str, Any] | None: ...
+
+    def to_dict(self) -> dict[str, Any]: ...
+
+
 @dataclass(frozen=True, slots=True)
 class ToolResult:
     """The outcome of executing a call: `output` on success, `error` text on failure.
@@ -83,7 +103,7 @@ class ToolResult:
     name: str
     output: Any = None
     error: str | None = None
-    tool_error: ToolError | None = None
+    tool_error: ToolErrorInfo | None = None
 
     @property
     def ok(self) -> bool:
@@ -206,7 +226,7 @@ class ParsedResponse:
 
 
 class StreamChunkType(StrEnum):
-    """Kinds of typed stream chunks (see the streaming contract in the README)."""
+    """Kinds of typed stream chunks (see docs/concepts/streaming.md, the streaming contract)."""
 
     TEXT = "text"
     REASONING = "reasoning"

@@ -11,13 +11,25 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from . import _dialects, _emulation, _limits, _local, _models, _providers, _runtime, _serve
+from . import (
+    _dialects,
+    _emulation,
+    _eval,
+    _limits,
+    _local,
+    _models,
+    _providers,
+    _runtime,
+    _serve,
+    _startup,
+)
 
 __all__ = ["SECTIONS"]
 
 Section = Callable[[Any, bool], Sequence[tuple[str, ...]]]
 
 SECTIONS: tuple[tuple[str, Section], ...] = (
+    ("import", _startup.bench),
     ("models", _models.bench),
     ("dialects", _dialects.bench),
     ("hostile", _limits.bench),
@@ -26,4 +38,5 @@ SECTIONS: tuple[tuple[str, Section], ...] = (
     ("runtime", _runtime.bench),
     ("serve", _serve.bench),
     ("local", _local.bench),
+    ("eval", _eval.bench),
 )

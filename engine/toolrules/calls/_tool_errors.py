@@ -14,6 +14,7 @@ from enum import StrEnum
 from typing import Any
 
 from .._errors import UnknownRuleError
+from .._types import ToolErrorInfo
 from ..rules._default import resolve_engine
 from ._validation import fill
 
@@ -138,24 +139,24 @@ class ErrorRules:
 
     # ------------------------------------------------------------ retry ladder
 
-    def strategy_of(self, error: ToolError) -> str:
+    def strategy_of(self, error: ToolErrorInfo) -> str:
         code_rule = self.codes.get(ToolErrorCode(error.code), {})
         return error.retry_strategy or code_rule.get("retry_strategy") or "same"
 
-    def ladder_of(self, error: ToolError) -> tuple[str, ...]:
+    def ladder_of(self, error: ToolErrorInfo) -> tuple[str, ...]:
         code_rule = self.codes.get(ToolErrorCode(error.code), {})
         if error.retry_strategy is None and code_rule.get("ladder"):
             return tuple(code_rule["ladder"])
         strategy = self.strategy_of(error)
         return self.ladders.get(strategy, (strategy,))
 
-    def next_strategy(self, error: ToolError, attempt: int) -> str:
+    def next_strategy(self, error: ToolErrorInfo, attempt: int) -> str:
         if not error.recoverable:
             return self.unrecoverable
         ladder = self.ladder_of(error)
         return ladder[min(max(attempt, 1), len(ladder)) - 1]
 
-    def should_retry(self, error: ToolError, attempt: int, max_attempts: int | None) -> bool:
+    def should_retry(self, error: ToolErrorInfo, attempt: int, max_attempts: int | None) -> bool:
         limit = self.max_attempts if max_attempts is None else max_attempts
         if not error.recoverable or attempt >= limit:
             return False

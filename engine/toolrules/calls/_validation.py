@@ -41,6 +41,11 @@ __all__ = [
 
 _PLACEHOLDER = re.compile(r"\{(\w+)\}")
 _MAX_VALIDATORS = 256
+# Schemas that passed the draft 2020-12 meta-schema check, by their canonical JSON text:
+# checking is the costly part of building a validator, and the same tool schema arrives
+# as a new object in every request (and in every engine of an evaluation).
+_CHECKED_SCHEMAS: OrderedDict[str, None] = OrderedDict()
+_MAX_CHECKED = 4096
 
 
 def fill(template: str | None, values: Mapping[str, Any]) -> str | None:
@@ -213,6 +218,23 @@ class _Coercion:
         return False, None
 
 
+def _check_schema_once(schema: Mapping[str, Any], validator_class: Any) -> None:
+    """Check `schema` against the meta-schema unless the same schema (by content) passed
+    before; raises jsonschema's SchemaError like `check_schema`."""
+    try:
+        key = json.dumps(schema, sort_keys=True, separators=(",", ":"))
+    except (TypeError, ValueError):  # not JSON text (a Python-only value): check each time
+        validator_class.check_schema(schema)
+        return
+    if key in _CHECKED_SCHEMAS:
+        _CHECKED_SCHEMAS.move_to_end(key)
+        return
+    validator_class.check_schema(schema)
+    _CHECKED_SCHEMAS[key] = None
+    if len(_CHECKED_SCHEMAS) > _MAX_CHECKED:
+        _CHECKED_SCHEMAS.popitem(last=False)
+
+
 class ValidationRules:
     """rules/validation.yaml compiled once per engine, plus a cache of validators."""
 
@@ -274,7 +296,7 @@ class ValidationRules:
                               f"{json_type(schema)}")
         try:
             if cache:
-                Draft202012Validator.check_schema(schema)
+                _check_schema_once(schema, Draft202012Validator)
         except JsonSchemaError as exc:
             where = path_text(exc.absolute_path) or "(root)"
             raise SchemaError(f"invalid tool schema at {where}: {exc.message}") from None

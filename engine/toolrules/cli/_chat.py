@@ -511,7 +511,7 @@ def chat(spec: str, base_url: str | None, tool_sources: tuple[str, ...], no_tool
         registry = build_registry(sources, workspace, engine=engine)
     except ToolsFileError as exc:
         fail(str(exc), "a tools file: registry = toolrules.ToolRegistry(), then @registry.tool "
-             "on each function (see the README, Chat)")
+             "on each function (see docs/guides/chat.md)")
     except ValueError as exc:
         fail(str(exc))
     try:

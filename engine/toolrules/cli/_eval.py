@@ -30,8 +30,10 @@ def _split(values: tuple[str, ...]) -> list[str] | None:
               help="Scenario ids, tags or presets (comma-separated), or all. Default: all.")
 @click.option("--trials", "-n", type=click.IntRange(1, 1000), default=1, show_default=True,
               help="Runs per scenario.")
-@click.option("--jobs", "-j", type=click.IntRange(1, 64), default=1, show_default=True,
-              help="Worker processes (units of model x strategy run in parallel).")
+@click.option("--jobs", "-j", type=click.IntRange(0, 64), default=0,
+              help="Worker processes (units of model x strategy run in parallel). Default "
+                   "(0): one per CPU, at most 4, for an offline plan of 20 units or more; "
+                   "else 1.")
 @click.option("--profiles", multiple=True, help="Sampling profiles (rules/eval.yaml), or all.")
 @click.option("--strategies", multiple=True,
               help="Strategies of the matrix (rules/eval.yaml), or all. Default: the table's "
@@ -70,6 +72,10 @@ def eval_command(models: str | None, scenarios: tuple[str, ...], trials: int, jo
         fail("a live model cannot run:\n  " + "\n  ".join(problems),
              "fix it (install, weights, the provider's key variable) or leave the model out "
              "of --models", code=2)
+    if jobs == 0:
+        from ..evals._runner import auto_jobs
+
+        jobs = auto_jobs(p)
     started = time.perf_counter()
     runs = _run_with_progress(p, jobs, quiet or as_json)
     wall = time.perf_counter() - started

@@ -16,7 +16,13 @@ from contextlib import contextmanager
 from contextvars import ContextVar
 from typing import TYPE_CHECKING, Any
 
-from .._errors import InputTooLargeError, ParseError, ParseTimeoutError, UnknownRuleError
+from .._errors import (
+    MAX_TEXT_CHARS,
+    InputTooLargeError,
+    ParseError,
+    ParseTimeoutError,
+    UnknownRuleError,
+)
 from .._types import ParsedResponse, StreamChunk, coerce_tools
 from ..rules._part import Part
 
@@ -26,7 +32,6 @@ if TYPE_CHECKING:  # the scanner is imported on first use: `import toolrules` st
 
 __all__ = ["DialectsPart", "TextParser", "TextStream", "parse_deadline"]
 
-MAX_TEXT_CHARS = 16 * 1024 * 1024
 
 # Seconds one output may take to read, in the current context (a proxy request, a loop
 # run): parsers made or used under it stop with ParseTimeoutError past it. None: no limit.

@@ -111,14 +111,35 @@ def clip(text: Any, limit: int, ellipsis: str = "...") -> str:
     return text if len(text) <= limit else cut(text, int(limit), ellipsis)
 
 
+# Environments by the template mapping they read (held, so its id stays unique) and the
+# ellipsis: engines derived from one rule set (an evaluation builds one per model and
+# strategy) share the mapping, so each template is compiled once per process.
+_ENVIRONMENTS: dict[tuple[int, str], tuple[Mapping[str, Asset], Any]] = {}
+
+
 def make_environment(templates: Mapping[str, Asset], ellipsis: str = "...") -> Any:
-    """A sandboxed, strict Jinja environment over the rule set's (overlaid) templates."""
+    """A sandboxed, strict Jinja environment over the rule set's (overlaid) templates,
+    shared by every engine over the same template mapping."""
+    hit = _ENVIRONMENTS.get((id(templates), ellipsis))
+    if hit is not None and hit[0] is templates:
+        return hit[1]
+    env = _new_environment(templates, ellipsis)
+    if len(_ENVIRONMENTS) >= 16:
+        _ENVIRONMENTS.clear()
+    _ENVIRONMENTS[(id(templates), ellipsis)] = (templates, env)
+    return env
+
+
+def _new_environment(templates: Mapping[str, Asset], ellipsis: str) -> Any:
     from jinja2 import FunctionLoader, StrictUndefined
     from jinja2.sandbox import SandboxedEnvironment
 
     def source(name: str) -> tuple[str, str, Any] | None:
         asset = templates.get(name)
-        return None if asset is None else (asset.text, asset.display, lambda: True)
+        # up to date while the mapping still holds this very asset (the environment is
+        # shared, so an edited mapping must not serve a stale compiled template)
+        return None if asset is None else (
+            asset.text, asset.display, lambda: templates.get(name) is asset)
 
     class Sandbox(SandboxedEnvironment):
         """The stock sandbox, with a fast path for the engine's own view objects: they
@@ -134,7 +155,7 @@ def make_environment(templates: Mapping[str, Asset], ellipsis: str = "...") -> A
 
     env = Sandbox(loader=FunctionLoader(source), undefined=StrictUndefined, autoescape=False,
                   trim_blocks=True, lstrip_blocks=True, keep_trailing_newline=False,
-                  auto_reload=False)
+                  auto_reload=True)
     env.filters["json"] = to_json
     env.filters["json_join"] = lambda values, sep=", ": sep.join(to_json(v) for v in values)
     env.filters["pylit"] = py_literal

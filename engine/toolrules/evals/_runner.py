@@ -25,7 +25,7 @@ from ._metrics import RunRecord, events_for
 from ._scenarios import Scenario, load_scenarios
 from ._scripted import ScriptedPersona
 
-__all__ = ["EvalPlan", "Unit", "derived_engine", "plan", "run_plan", "run_unit"]
+__all__ = ["EvalPlan", "Unit", "auto_jobs", "derived_engine", "plan", "run_plan", "run_unit"]
 
 
 @dataclass(frozen=True)
@@ -335,14 +335,37 @@ def run_unit(unit: Unit, rule_paths: Sequence[str] = (), trace_dir: str | None =
     base = _base_engine(tuple(rule_paths))
     scenarios = {s.id: s for s in load_scenarios(base, list(unit.scenarios))}
     out: list[RunRecord] = []
-    for sid in unit.scenarios:
-        for trial in range(1, unit.trials + 1):
-            rec = asyncio.run(_run_async(base, unit.target, scenarios[sid], unit.strategy,
-                                         unit.profile, trial, trace_dir))
-            out.append(rec)
-            if on_run is not None:
-                on_run(rec)
+    with asyncio.Runner() as runner:  # one event loop for the unit's runs, not one each
+        for sid in unit.scenarios:
+            for trial in range(1, unit.trials + 1):
+                rec = runner.run(_run_async(base, unit.target, scenarios[sid], unit.strategy,
+                                            unit.profile, trial, trace_dir))
+                out.append(rec)
+                if on_run is not None:
+                    on_run(rec)
     return out
+
+
+# `--jobs` left to toolrules: parallel only where it pays and cannot disturb a model
+AUTO_MIN_UNITS = 20
+AUTO_MAX_JOBS = 4
+
+
+def auto_jobs(p: EvalPlan) -> int:
+    """Worker processes for a plan when the caller leaves it to us: one per CPU this
+    process may use (at most AUTO_MAX_JOBS) for an offline plan of AUTO_MIN_UNITS units or
+    more - scripted runs are CPU-bound and independent, and results come back in plan
+    order whatever the scheduling - else 1 (a small plan does not repay starting workers;
+    a live model is not to be queried from several processes at once)."""
+    import os
+
+    if len(p.units) < AUTO_MIN_UNITS or not all(u.target.offline for u in p.units):
+        return 1
+    try:
+        cpus = len(os.sched_getaffinity(0))
+    except AttributeError:  # pragma: no cover - not on Linux
+        cpus = os.cpu_count() or 1
+    return max(1, min(cpus, AUTO_MAX_JOBS))
 
 
 def run_plan(p: EvalPlan, jobs: int = 1,

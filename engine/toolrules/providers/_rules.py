@@ -33,6 +33,11 @@ MEDIA_KINDS = ("image", "audio", "document")
 
 # ---------------------------------------------------------------- expressions
 
+# Closures by expression text: they are pure functions of it, and every engine over a rule
+# set (an evaluation builds one per model and strategy) compiles the same expressions.
+_COMPILED: dict[str, Callable[[Any], Any]] = {}
+
+
 class Expr:
     """A compiled JMESPath expression that knows where it came from (for errors).
 
@@ -49,7 +54,13 @@ class Expr:
 
         self.src = src
         self.where = where
-        self._fn = _closure(cast(dict[str, Any], jmespath.compile(src).parsed))
+        fn = _COMPILED.get(src)
+        if fn is None:
+            fn = _closure(cast(dict[str, Any], jmespath.compile(src).parsed))
+            if len(_COMPILED) >= 8192:
+                _COMPILED.clear()
+            _COMPILED[src] = fn
+        self._fn = fn
 
     def __call__(self, data: Any) -> Any:
         from jmespath.exceptions import JMESPathError

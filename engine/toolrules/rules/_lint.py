@@ -2,7 +2,7 @@
 
 Every problem is a `Problem` (path, 1-based line and column, level, message, check id).
 Cross-checks live with the concern that owns a rule kind and are passed in by the
-caller (`toolrules._engine.CROSS_CHECKS`); each receives a `Reporter` and the `RuleSet`.
+caller (`toolrules._engine.cross_checks()`); each receives a `Reporter` and the `RuleSet`.
 """
 
 from __future__ import annotations

@@ -7,18 +7,26 @@ Duplicate keys are reported instead of silently overwritten.
 
 from __future__ import annotations
 
-from typing import Any
+from functools import cache
+from typing import TYPE_CHECKING, Any
 
-import yaml
-
-try:  # libyaml's composer is several times faster than the pure-Python one
-    from yaml import CSafeLoader as _Loader
-except ImportError:  # pragma: no cover - depends on the PyYAML build
-    from yaml import SafeLoader as _Loader  # type: ignore[assignment]
+if TYPE_CHECKING:
+    import yaml
 
 __all__ = ["MarkedDict", "MarkedList", "YamlProblem", "load_yaml", "mark_of", "plain"]
 
-_SCALARS = yaml.constructor.SafeConstructor()
+
+@cache
+def _lib() -> tuple[Any, Any, Any]:
+    """PyYAML, its loader and a scalar constructor, imported when YAML is first read (a
+    rule set loaded from the validated cache reads none)."""
+    import yaml
+
+    try:  # libyaml's composer is several times faster than the pure-Python one
+        from yaml import CSafeLoader as loader
+    except ImportError:  # pragma: no cover - depends on the PyYAML build
+        from yaml import SafeLoader as loader  # type: ignore[assignment]
+    return yaml, loader, yaml.constructor.SafeConstructor()
 
 
 class MarkedDict(dict):
@@ -60,6 +68,7 @@ def _pos(node: yaml.Node) -> tuple[int, int]:
 
 
 def _build(node: yaml.Node, duplicates: list[YamlProblem], depth: int = 0) -> Any:
+    yaml, _, scalars = _lib()
     if depth > 64:
         raise YamlProblem("nesting deeper than 64 levels", *_pos(node), check="yaml-depth")
     if isinstance(node, yaml.MappingNode):
@@ -87,7 +96,7 @@ def _build(node: yaml.Node, duplicates: list[YamlProblem], depth: int = 0) -> An
             seq.item_marks.append(_pos(item))
         return seq
     try:
-        return _SCALARS.construct_object(node, deep=True)
+        return scalars.construct_object(node, deep=True)
     except yaml.constructor.ConstructorError as exc:
         raise YamlProblem(f"unsupported YAML value: {exc.problem}", *_pos(node),
                           check="yaml-tag") from None
@@ -95,8 +104,9 @@ def _build(node: yaml.Node, duplicates: list[YamlProblem], depth: int = 0) -> An
 
 def load_yaml(text: str) -> tuple[Any, list[YamlProblem]]:
     """Parse one YAML document. Returns (data, warnings); raises YamlProblem on errors."""
+    yaml, loader, _ = _lib()
     try:
-        node = yaml.compose(text, Loader=_Loader)
+        node = yaml.compose(text, Loader=loader)
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
         line, col = (mark.line + 1, mark.column + 1) if mark else (1, 1)

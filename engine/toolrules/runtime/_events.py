@@ -3,23 +3,21 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from .._errors import ParseError
 from .._types import ContentPart, Message, ToolCall, ToolResult
-
-if TYPE_CHECKING:
-    from ._trace import Trace
 
 __all__ = [
     "STOP_REASONS",
     "LoopEvent",
     "LoopEventType",
     "LoopOutcome",
+    "TraceLog",
     "call_dict",
     "message_dict",
     "message_from_dict",
@@ -102,6 +100,23 @@ class LoopEvent:
         return out
 
 
+class TraceLog(Protocol):
+    """The record of a run that a `LoopOutcome` carries (`runtime.Trace`, which writes
+    these values as JSON lines, sits above this module and implements it)."""
+
+    records: list[dict[str, Any]]
+
+    def add(self, record: dict[str, Any]) -> None: ...
+
+    def of_type(self, kind: str) -> list[dict[str, Any]]: ...
+
+    def lines(self) -> Iterator[str]: ...
+
+    def to_dicts(self) -> list[dict[str, Any]]: ...
+
+    def save(self, path: str | Path) -> Path: ...
+
+
 @dataclass(frozen=True, slots=True)
 class LoopOutcome:
     """How a tool loop ended.
@@ -119,7 +134,7 @@ class LoopOutcome:
     tool_history: tuple[tuple[ToolCall, ToolResult], ...]
     rounds: int
     stopped: str
-    trace: Trace
+    trace: TraceLog
     tool_calls: int = 0
     error: str | None = None
 

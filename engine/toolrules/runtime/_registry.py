@@ -18,8 +18,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from .._types import Tool, coerce_tool
 from ..calls._engineering import ToolClassification, classify_tool
 from ..calls._policy import provider_name_patterns
@@ -463,6 +461,8 @@ class ToolRegistry:
         from ._commands import command_template_handler
 
         p = Path(path)
+        import yaml  # only for YAML tool files
+
         try:
             data = yaml.safe_load(p.read_text(encoding="utf-8"))
         except (OSError, yaml.YAMLError) as exc:

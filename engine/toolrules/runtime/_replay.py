@@ -14,7 +14,7 @@ from typing import Any
 from .._types import Message, ParsedResponse, ToolCall
 from ..clients._scripted import ScriptedModel
 from ..rules._default import resolve_engine
-from ._events import LoopOutcome, message_from_dict
+from ._events import LoopOutcome, TraceLog, message_from_dict
 from ._loop import ToolLoop
 from ._trace import Trace, plain
 
@@ -80,7 +80,7 @@ def turns_from_trace(trace: Trace) -> list[Any]:
     return turns
 
 
-def _compare(recorded: Trace, replayed: Trace) -> list[Divergence]:
+def _compare(recorded: TraceLog, replayed: TraceLog) -> list[Divergence]:
     out: list[Divergence] = []
     # both sides as written (redacted): a secret in the recording reads as the mask
     rec = recorded.to_dicts()

@@ -31,8 +31,20 @@ class Redactor:
         self.mask: str = table["mask"]
         self.keys = re.compile(table["keys"])
         self.patterns = [re.compile(p) for p in table.get("patterns") or ()]
+        self._any = _any_of(self.patterns)
+        self._keys_seen: dict[str, bool] = {}
+
+    def _secret_key(self, key: str) -> bool:
+        hit = self._keys_seen.get(key)
+        if hit is None:
+            hit = self.keys.search(key) is not None
+            if len(self._keys_seen) < 4096:  # keys repeat: role, content, arguments ...
+                self._keys_seen[key] = hit
+        return hit
 
     def text(self, s: str) -> str:
+        if self._any is not None and self._any.search(s) is None:
+            return s  # one scan finds that no pattern matches (most strings)
         for p in self.patterns:
             s = p.sub(self.mask, s)
         return s
@@ -41,12 +53,25 @@ class Redactor:
         if isinstance(value, str):
             return self.text(value)
         if isinstance(value, dict):
-            return {k: (self.mask if isinstance(k, str) and self.keys.search(k)
+            return {k: (self.mask if isinstance(k, str) and self._secret_key(k)
                         and isinstance(v, (str, int, float)) else self(v))
                     for k, v in value.items()}
         if isinstance(value, (list, tuple)):
             return [self(v) for v in value]
         return value
+
+
+def _any_of(patterns: list[re.Pattern[str]]) -> re.Pattern[str] | None:
+    """One regex that matches where any of `patterns` would: an alternation of them, when
+    that is exact (no back-references, whose numbers would shift; no inline global flags,
+    which an alternation refuses). None: check the patterns one by one."""
+    if not patterns or any(re.search(r"\\\d|\(\?P=", p.pattern) or p.flags & ~re.UNICODE
+                           for p in patterns):
+        return None
+    try:
+        return re.compile("|".join(f"(?:{p.pattern})" for p in patterns))
+    except re.error:
+        return None
 
 
 def redactor_for(engine: Any) -> Redactor:

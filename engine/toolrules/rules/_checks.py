@@ -75,6 +75,9 @@ LINT_CHECKS: tuple[LintCheck, ...] = (
         ("duplicate-family", "Two files define the same family."),
         ("missing-dialect", "A model names a dialect that rules/dialects/ does not define."),
         ("rule-id", "A rule's own id differs from its file name."),
+        ("turn-constraints", "Turn constraints (capability `turn_*`) that say nothing as "
+                             "written, e.g. `turn_system_stable` while system messages may "
+                             "stand anywhere."),
     ),
     *_group(
         "dialects",
@@ -173,6 +176,26 @@ LINT_CHECKS: tuple[LintCheck, ...] = (
         ("scenario-expect", "A scenario's expectations contradict each other."),
         ("scenario-matcher", "An argument matcher mixes operators with plain keys."),
         ("scenario-script", "A script step has neither calls nor an answer, or both."),
+    ),
+    *_group(
+        "MCP servers",
+        ("mcp-transport", "An MCP server rule needs exactly one of `command` (stdio) or `url` "
+                          "(streamable HTTP), and fields of the other transport are unused."),
+        ("mcp-url", "An MCP server's `url` is not an http(s) URL."),
+        ("mcp-placeholder", "A value uses a placeholder other than `{workspace}` or "
+                            "`${VAR}`."),
+        ("mcp-namespace", "Tool names under the server's namespace are not names a provider "
+                          "accepts."),
+        ("mcp-tools", "A tool is both included and excluded."),
+        ("mcp-tier", "A tool's tier is not a level of the default policy (the tool stays "
+                     "unavailable unless a level names it)."),
+        ("mcp-timeouts", "`startup_seconds` or `timeout` is not more than 0."),
+        ("mcp-annotations", "rules/mcp.yaml: an annotation class is defined twice, or names a "
+                            "tier the default policy lacks."),
+        ("mcp-serve", "rules/mcp.yaml: a served-tool hint that never applies, or no hint "
+                      "that holds for every tool."),
+        ("mcp-schema", "rules/mcp.yaml: a schema normalization step that is not a known "
+                       "transform op, or has bad parameters."),
     ),
     *_group(
         "the proxy",

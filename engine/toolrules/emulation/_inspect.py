@@ -251,9 +251,13 @@ def _common(a: str, b: str) -> int:
 
 
 class _Prober:
-    def __init__(self, r: _Renderer):
+    def __init__(self, r: _Renderer, as_text: bool):
         self.r = r
+        self.as_text = as_text
         self.probes: list[Probe] = []
+
+    def call(self, content: Any = "") -> dict[str, Any]:
+        return _call(content, as_text=self.as_text)
 
     def run(self, name: str, question: str, messages: Sequence[Mapping[str, Any]],
             expect: Mapping[str, str], *, gen: bool = True,
@@ -306,9 +310,10 @@ def inspect_template(engine: Any, source: str, *, bos_token: str = "", eos_token
     renders_tools = _TOOL_DOC in p_gen or (_TOOL_NAME in p_gen and plain is not None
                                            and _TOOL_NAME not in plain)
     notes: list[str] = []
-    pr = _Prober(r)
+    as_text = _arguments_as_text(r)
+    pr = _Prober(r, as_text)
     _turn_probes(pr)
-    call = _call_format(engine, r, p_gen, p_nogen, notes)
+    call = _call_format(engine, r, p_gen, p_nogen, notes, as_text)
     reasoning = _reasoning(engine, r, variables, p_gen, p_nogen, gen_prompt, call.dialect)
     tool_result = _tool_result_text(r, pr, gen_prompt)
     fields = _derive(engine, pr, call, reasoning, renders_tools, notes)
@@ -330,6 +335,17 @@ def _variables(env: Any, source: str) -> tuple[str, ...]:
         return ()
 
 
+def _arguments_as_text(r: _Renderer) -> bool:
+    """Does the template take a call's arguments as a JSON string rather than an object
+    (it renders only that way)? Servers pass objects; a template that concatenates the
+    arguments to text needs a string."""
+    for as_text in (False, True):
+        text, _ = r.render([_m("user", _U1), _call(as_text=as_text)], gen=False)
+        if text is not None and _ARG_TEXT in text:
+            return as_text
+    return False
+
+
 def _turn_probes(pr: _Prober) -> None:
     S1, S2 = _m("system", _S1), _m("system", _S2)
     U1, U2, U3 = _m("user", _U1), _m("user", _U2), _m("user", _U3)
@@ -349,18 +365,18 @@ def _turn_probes(pr: _Prober) -> None:
            [S1, _m("assistant", "zqxassistantzero"), U1],
            {"the assistant text": _A0})
     tool, _ = pr.run("tool-result", "a tool result after the call",
-                     [U1, _call(), _result()], {"the tool result": _R1})
+                     [U1, pr.call(), _result()], {"the tool result": _R1})
     # what follows a call: its result where the template takes one, else the user
     follow = [_result()] if tool.ok else [U2]
     base, _ = pr.run("call", "an assistant message with a call, content \"\"",
-                     [U1, _call(), *follow], {"the call's arguments": _ARG_TEXT})
+                     [U1, pr.call(), *follow], {"the call's arguments": _ARG_TEXT})
     if base.ok or base.outcome == "dropped":
         pr.run("call-without-content", "an assistant message with a call and no content "
-               "field", [U1, _call(_NO_CONTENT), *follow], {"the call's arguments": _ARG_TEXT})
+               "field", [U1, pr.call(_NO_CONTENT), *follow], {"the call's arguments": _ARG_TEXT})
         pr.run("text-with-call", "assistant text beside a call",
-               [U1, _call(_CALL_TEXT), *follow], {"the text beside the call": _CALL_TEXT})
+               [U1, pr.call(_CALL_TEXT), *follow], {"the text beside the call": _CALL_TEXT})
         pr.run("call-in-history", "a call two turns back",
-               [U1, _call(), *follow, A2, U3], {"the earlier call": _ARG_TEXT,
+               [U1, pr.call(), *follow, A2, U3], {"the earlier call": _ARG_TEXT,
                                                 "the later assistant text": _A2})
     else:
         for name, q in (("call-without-content", "an assistant message with a call and no "
@@ -369,7 +385,7 @@ def _turn_probes(pr: _Prober) -> None:
             pr.skip(name, q, "an assistant message with a call does not render")
     if tool.ok:
         pr.run("result-apart", "a tool result that does not directly follow its call",
-               [U1, _call(), U2, _result()], {"the tool result": _R1})
+               [U1, pr.call(), U2, _result()], {"the tool result": _R1})
     else:
         pr.skip("result-apart", "a tool result that does not directly follow its call",
                 "the template renders no tool results")
@@ -453,14 +469,14 @@ def _rank(engine: Any, ids: Sequence[str], vocabulary: str, gen_prompt: str,
 
 
 def _call_format(engine: Any, r: _Renderer, p_gen: str, p_nogen: str,
-                 notes: list[str]) -> CallFormat:
+                 notes: list[str], as_text: bool) -> CallFormat:
     from ..rules._schemas_dialects import REPAIRS
 
     dialects = [d for d in engine.ruleset.ids("dialect")]
     tail = _turn_tail(r)
     gen_prompt = p_gen[len(p_nogen):]
     why = "the template does not render an assistant message with a call"
-    for mode in ("object", "json-text"):
+    for mode in ("json-text", "object") if as_text else ("object", "json-text"):
         text, err = r.render([_m("user", _U1), _call(as_text=mode == "json-text")], gen=False)
         if err is not None:
             why = f"an assistant message with a call does not render: {err.message}"
@@ -584,7 +600,7 @@ def _tool_result_text(r: _Renderer, pr: _Prober, gen_prompt: str) -> str | None:
     p = next((x for x in pr.probes if x.name == "tool-result"), None)
     if p is None or not p.ok:
         return None
-    text, _ = r.render([_m("user", _U1), _call(), _result()])
+    text, _ = r.render([_m("user", _U1), pr.call(), _result()])
     if not text:
         return None
     at = text.find(_R1)
@@ -611,11 +627,19 @@ def _derive(engine: Any, pr: _Prober, call: CallFormat, reasoning: ReasoningForm
         p = next((x for x in pr.probes if x.name == name), None)
         return p is not None and p.outcome in ("raised", "failed", "dropped")
 
+    def broke(name: str) -> bool:
+        p = next((x for x in pr.probes if x.name == name), None)
+        return p is not None and p.outcome in ("raised", "failed")
+
     out: dict[str, Any] = {"native_tools": renders_tools}
     if call.dialect is not None:
         out["dialect"] = call.dialect
         if call.repairs:
             out["quirks"] = tuple(call.repairs)
+        trained = {st.dialect for st in engine.emulation_styles() if st.trained}
+        if not renders_tools and call.dialect in trained:
+            # the tools go in an emulation prompt: ask for the format the template writes
+            out["emulation_style"] = "dialect"
     if reasoning.found:
         out["reasoning"] = True
     if not ok("system"):
@@ -636,7 +660,7 @@ def _derive(engine: Any, pr: _Prober, call: CallFormat, reasoning: ReasoningForm
     if ok("developer"):
         roles.append("developer")
     out["turn_roles"] = tuple(roles)
-    out["turn_content_required"] = failed("call-without-content") and ok("call")
+    out["turn_content_required"] = broke("call-without-content") and not broke("call")
     out["turn_text_with_calls"] = not failed("text-with-call")
     out["turn_history_calls"] = not failed("call-in-history")
     out["turn_results_follow_calls"] = failed("result-apart")

@@ -142,7 +142,7 @@ class ReasoningFormat:
 
     @property
     def found(self) -> bool:
-        return self.field is not None or bool(self.switches)
+        return self.field is not None or bool(self.switches) or self.opened_by_prompt
 
     def as_dict(self) -> dict[str, Any]:
         return {"field": self.field, "open": self.open, "close": self.close,
@@ -315,7 +315,7 @@ def inspect_template(engine: Any, source: str, *, bos_token: str = "", eos_token
     _turn_probes(pr)
     call = _call_format(engine, r, p_gen, p_nogen, notes, as_text)
     reasoning = _reasoning(engine, r, variables, p_gen, p_nogen, gen_prompt, call.dialect)
-    tool_result = _tool_result_text(r, pr, gen_prompt)
+    tool_result = _tool_result_text(r, pr, gen_prompt, call.text)
     fields = _derive(engine, pr, call, reasoning, renders_tools, notes)
     if not renders_tools:
         notes.append("the template does not write the tool definitions into the prompt: "
@@ -357,6 +357,8 @@ def _turn_probes(pr: _Prober) -> None:
            [S1, U1, A1, S2, U2], {"the later system text": _S2, "the first system text": _S1})
     pr.run("developer", "a developer message", [_m("developer", _D1), U1],
            {"the developer text": _D1})
+    pr.run("unknown-role", "a message of a role no template knows (does it write any role "
+           "name it is given?)", [_m("zqxrole", _D1), U1], {"its text": _D1})
     pr.run("consecutive-users", "two user messages in a row", [S1, U1, U2],
            {"the first user text": _U1, "the second user text": _U2})
     pr.run("consecutive-assistants", "two assistant messages in a row", [U1, A1, A2, U2],
@@ -389,6 +391,10 @@ def _turn_probes(pr: _Prober) -> None:
     else:
         pr.skip("result-apart", "a tool result that does not directly follow its call",
                 "the template renders no tool results")
+    two = _call(as_text=pr.as_text, calls=2)
+    pr.run("two-calls", "an assistant message with two calls",
+           [U1, two, *([_result(), _result("zqxresulttwo", 2)] if tool.ok else [U2])],
+           {"the second call": '43'})
 
 
 # ---------------------------------------------------------------- the call format
@@ -397,6 +403,11 @@ def _segment(text: str, p_gen: str, p_nogen: str) -> tuple[str, str]:
     """The assistant turn's own text in `text` (after where it leaves the generation
     prompt), and the part of the generation prompt the model would have seen before it."""
     at = _common(text, p_gen)
+    # diverging inside the generation prompt: step back to a whole marker (the turn
+    # may share a marker's first character with what the prompt writes there)
+    while len(p_nogen) < at < len(p_gen) and not text[at - 1].isspace() \
+            and text[at - 1] not in ">]}|)":
+        at -= 1
     prime = p_gen[len(p_nogen):at] if at >= len(p_nogen) else ""
     return text[at:], prime
 
@@ -596,7 +607,9 @@ def _gen_prompt(r: _Renderer, **extra: Any) -> str | None:
 
 # ---------------------------------------------------------------- tool results
 
-def _tool_result_text(r: _Renderer, pr: _Prober, gen_prompt: str) -> str | None:
+def _tool_result_text(r: _Renderer, pr: _Prober, gen_prompt: str,
+                      call_text: str) -> str | None:
+    """How the template renders a tool result after its call ({result} for its text)."""
     p = next((x for x in pr.probes if x.name == "tool-result"), None)
     if p is None or not p.ok:
         return None
@@ -604,13 +617,21 @@ def _tool_result_text(r: _Renderer, pr: _Prober, gen_prompt: str) -> str | None:
     if not text:
         return None
     at = text.find(_R1)
-    start = text.rfind(_ARG_TEXT, 0, at)
-    start = start + len(_ARG_TEXT) if start >= 0 else 0
-    tail = _turn_tail(r)
-    if tail.strip():
-        k = text.find(tail, start, at)
+    last = "zqxmode"  # the value of the call's last argument
+    start = text.rfind(last, 0, at)
+    start = start + len(last) if start >= 0 else 0
+    closer = call_text[call_text.rfind(last) + len(last):].strip() if last in call_text else ""
+    if closer:  # the rest of the call as the template writes it
+        k = text.find(closer, start, at)
         if k >= 0:
-            start = k + len(tail)
+            start = k + len(closer)
+    tail = _turn_tail(r)
+    if tail.strip() and text.startswith(tail, start):
+        start += len(tail)
+    else:
+        lead = len(text[start:at]) - len(text[start:at].lstrip())
+        if tail.strip() and text.startswith(tail.strip(), start + lead):
+            start += lead + len(tail.strip())
     end = len(text) - len(gen_prompt) if gen_prompt and text.endswith(gen_prompt) else len(text)
     return text[start:end].replace(_R1, "{result}")
 
@@ -657,8 +678,15 @@ def _derive(engine: Any, pr: _Prober, call: CallFormat, reasoning: ReasoningForm
     roles = []
     if ok("tool-result"):
         roles.append("tool")
-    if ok("developer"):
+    if ok("developer") and not ok("unknown-role"):
+        # a template that writes any role name it is given does not know developer: the
+        # model reads such a message better as system text
         roles.append("developer")
+    if broke("two-calls") and ok("call"):
+        out["parallel_tools"] = False
+        notes.append("the template refuses two calls in one assistant message: "
+                     "parallel_tools false (a history with parallel calls needs one call a "
+                     "message, which no turn_* field says yet)")
     out["turn_roles"] = tuple(roles)
     out["turn_content_required"] = broke("call-without-content") and not broke("call")
     out["turn_text_with_calls"] = not failed("text-with-call")

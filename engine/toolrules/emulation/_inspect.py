@@ -45,15 +45,23 @@ _R1, _T1 = "zqxresultone", "zqxthinkingone"
 _CALL_TEXT = "zqxbesidecall"
 _TOOL_NAME, _TOOL_DOC, _ARG_TEXT = "zqx_lookup", "zqxtooldoc", "zqxargtext"
 _ARGS: dict[str, Any] = {"text": _ARG_TEXT, "count": 42, "ratio": 0.5, "flag": True,
-                         "none": None, "items": ["zqxitem", 7],
-                         "options": {"depth": 2, "mode": "zqxmode"}}
+                         "items": ["zqxitem", 7], "options": {"depth": 2, "mode": "zqxmode"}}
 _TRICKY = {"text": 'say "hi" it\'s {x} <b>&amp;</b> [1]\nnext line ü'}
 _SCHEMA = {"type": "object", "properties": {
-    "text": {"type": "string"}, "count": {"type": "integer"}, "ratio": {"type": "number"},
-    "flag": {"type": "boolean"}, "none": {"type": "null"}, "items": {"type": "array"},
-    "options": {"type": "object"}}, "required": ["text", "count"]}
+    "text": {"type": "string", "description": "zqx text"},
+    "count": {"type": "integer", "description": "zqx count"},
+    "ratio": {"type": "number", "description": "zqx ratio"},
+    "flag": {"type": "boolean", "description": "zqx flag"},
+    "items": {"type": "array", "items": {}, "description": "zqx items"},
+    "options": {"type": "object", "description": "zqx options"}}, "required": ["text", "count"]}
 _TOOL = {"type": "function", "function": {"name": _TOOL_NAME, "description": _TOOL_DOC,
                                           "parameters": _SCHEMA}}
+# Offered instead when a template cannot render the probe tool's schema (some break on
+# schema shapes they did not expect): the calls read back against _SCHEMA all the same.
+_PLAIN_TOOL = {"type": "function", "function": {
+    "name": _TOOL_NAME, "description": _TOOL_DOC, "parameters": {
+        "type": "object", "properties": {"text": {"type": "string", "description": "zqx"}},
+        "required": ["text"]}}}
 # Variables a server sets on its own; any other free variable of a template is a switch
 # candidate (a thinking flag, a reasoning effort ...).
 _STANDARD_VARS = frozenset({"messages", "tools", "add_generation_prompt", "bos_token",
@@ -198,15 +206,17 @@ class TemplateReport:
 # ---------------------------------------------------------------- rendering probes
 
 def _call(content: Any = "", args: Mapping[str, Any] | None = None, *, as_text: bool = False,
-          calls: int = 1, **extra: Any) -> dict[str, Any]:
+          calls: int = 1, named_ids: bool = False, **extra: Any) -> dict[str, Any]:
     """An assistant message with `calls` probe calls (content "" unless given; _NO_CONTENT
-    leaves the key out)."""
+    leaves the key out). `named_ids`: call ids that carry the tool's name
+    (functions.NAME:INDEX), for templates that write the id as the call's header."""
     tool_calls = []
     for i in range(calls):
         a = copy.deepcopy(dict(args if args is not None else _ARGS))
         if i:
             a["count"] = 42 + i
-        tool_calls.append({"id": f"call_zqx{i + 1}", "type": "function",
+        call_id = f"functions.{_TOOL_NAME}:{i}" if named_ids else f"call_zqx{i + 1}"
+        tool_calls.append({"id": call_id, "type": "function",
                            "function": {"name": _TOOL_NAME,
                                         "arguments": json.dumps(a) if as_text else a}})
     msg: dict[str, Any] = {"role": "assistant", "tool_calls": tool_calls, **extra}
@@ -230,11 +240,12 @@ class _Renderer:
         self.source = source
         self.bos = bos
         self.eos = eos
+        self.tool: dict[str, Any] = _TOOL
 
     def render(self, messages: Sequence[Mapping[str, Any]], *, gen: bool = True,
                tools: bool = True, **extra: Any) -> tuple[str | None, TemplateRaised | None]:
         context = {"messages": copy.deepcopy(list(messages)), "add_generation_prompt": gen,
-                   "tools": [copy.deepcopy(_TOOL)] if tools else None,
+                   "tools": [copy.deepcopy(self.tool)] if tools else None,
                    "bos_token": self.bos, "eos_token": self.eos, **extra}
         try:
             return render_chat_template(self.template, context), None
@@ -297,6 +308,14 @@ def inspect_template(engine: Any, source: str, *, bos_token: str = "", eos_token
     variables = _variables(env, source)
     r = _Renderer(template, bos_token, eos_token, source)
     p_gen, err = r.render([_m("user", _U1)])
+    notes: list[str] = []
+    if err is not None and r.render([_m("user", _U1)], tools=False)[1] is None:
+        r.tool = _PLAIN_TOOL
+        p_gen, plain_err = r.render([_m("user", _U1)])
+        if plain_err is None:
+            notes.append("the template does not render a tool whose parameters have several "
+                         f"types ({err.message}); probed with a one-string-parameter tool")
+            err = None
     if err is not None:
         raise TemplateRaised(f"it does not render a conversation of one user message "
                              f"({err.message})", raised=err.raised)
@@ -309,12 +328,12 @@ def inspect_template(engine: Any, source: str, *, bos_token: str = "", eos_token
     plain = r.render([_m("user", _U1)], tools=False)[0]
     renders_tools = _TOOL_DOC in p_gen or (_TOOL_NAME in p_gen and plain is not None
                                            and _TOOL_NAME not in plain)
-    notes: list[str] = []
     as_text = _arguments_as_text(r)
     pr = _Prober(r, as_text)
     _turn_probes(pr)
     call = _call_format(engine, r, p_gen, p_nogen, notes, as_text)
-    reasoning = _reasoning(engine, r, variables, p_gen, p_nogen, gen_prompt, call.dialect)
+    reasoning = _reasoning(engine, r, variables, p_gen, p_nogen, gen_prompt, call.dialect,
+                           as_text)
     tool_result = _tool_result_text(r, pr, gen_prompt, call.text)
     fields = _derive(engine, pr, call, reasoning, renders_tools, notes)
     if not renders_tools:
@@ -377,9 +396,10 @@ def _turn_probes(pr: _Prober) -> None:
                "field", [U1, pr.call(_NO_CONTENT), *follow], {"the call's arguments": _ARG_TEXT})
         pr.run("text-with-call", "assistant text beside a call",
                [U1, pr.call(_CALL_TEXT), *follow], {"the text beside the call": _CALL_TEXT})
-        pr.run("call-in-history", "a call two turns back",
-               [U1, pr.call(), *follow, A2, U3], {"the earlier call": _ARG_TEXT,
-                                                "the later assistant text": _A2})
+        pr.run("call-in-history", "a call (with text beside it) two turns back",
+               [U1, pr.call(_CALL_TEXT), *follow, A2, U3],
+               {"the earlier call": _ARG_TEXT, "the text beside the earlier call": _CALL_TEXT,
+                "the later assistant text": _A2})
     else:
         for name, q in (("call-without-content", "an assistant message with a call and no "
                          "content field"), ("text-with-call", "assistant text beside a call"),
@@ -487,8 +507,11 @@ def _call_format(engine: Any, r: _Renderer, p_gen: str, p_nogen: str,
     tail = _turn_tail(r)
     gen_prompt = p_gen[len(p_nogen):]
     why = "the template does not render an assistant message with a call"
-    for mode in ("json-text", "object") if as_text else ("object", "json-text"):
-        text, err = r.render([_m("user", _U1), _call(as_text=mode == "json-text")], gen=False)
+    forms = [(as_text, False), (not as_text, False), (as_text, True), (not as_text, True)]
+    for text_args, named_ids in forms:
+        mode = "json-text" if text_args else "object"
+        text, err = r.render([_m("user", _U1), _call(as_text=text_args, named_ids=named_ids)],
+                             gen=False)
         if err is not None:
             why = f"an assistant message with a call does not render: {err.message}"
             continue
@@ -509,34 +532,44 @@ def _call_format(engine: Any, r: _Renderer, p_gen: str, p_nogen: str,
                 own = engine.dialect(d).repairs
                 needs[d] = tuple(x for x in parsed.repairs if x not in own)
         if not needs:
-            why = (f"no dialect reads the rendered call back as the call it was given "
-                   f"(arguments as {'a JSON string' if mode == 'json-text' else 'an object'})")
+            if not named_ids:
+                why = ("no dialect reads the rendered call back as the call it was given "
+                       f"(arguments as {'a JSON string' if text_args else 'an object'})")
             continue
         vocabulary = text + "\n" + r.source
         ranked = _rank(engine, list(needs), vocabulary, gen_prompt, needs)
         best = ranked[0]
-        tricky = _reads_rendered(engine, r, best, p_gen, p_nogen, tail, [_TRICKY], mode,
+        form = (text_args, named_ids)
+        tricky = _reads_rendered(engine, r, best, p_gen, p_nogen, tail, [_TRICKY], form,
                                  needs[best])
         two = _reads_rendered(engine, r, best, p_gen, p_nogen, tail,
-                              [_ARGS, {**_ARGS, "count": 43}], mode, needs[best])
-        note = None
-        if mode == "json-text":
-            note = "the template writes arguments given as a JSON string, not as an object"
+                              [_ARGS, {**_ARGS, "count": 43}], form, needs[best])
+        said = []
+        if text_args:
+            said.append("the template writes arguments given as a JSON string, not as an "
+                        "object")
+        if named_ids:
+            said.append("the template writes a call's id where the tool's name belongs: the "
+                        "call reads back only when ids carry the name (functions.NAME:INDEX)")
+            notes.append("call ids in the history must carry the tool's name "
+                         "(functions.NAME:INDEX), as the model writes them; other ids make "
+                         "earlier calls read as calls of another tool")
         if tricky is False:
             notes.append(f"a string argument with quotes, markup and a newline does not read "
                          f"back unchanged through {best}")
         return CallFormat(best, tuple(ranked[1:]), needs[best], seg.strip(), mode, tricky,
-                          two, note)
+                          two, "; ".join(said) or None)
     return CallFormat(None, note=why)
 
 
 def _reads_rendered(engine: Any, r: _Renderer, dialect: str, p_gen: str, p_nogen: str,
-                    tail: str, args: Sequence[Mapping[str, Any]], mode: str,
+                    tail: str, args: Sequence[Mapping[str, Any]], form: tuple[bool, bool],
                     repairs: tuple[str, ...]) -> bool | None:
-    msg = _call(args=args[0], as_text=mode == "json-text", calls=len(args))
+    text_args, named_ids = form
+    msg = _call(args=args[0], as_text=text_args, calls=len(args), named_ids=named_ids)
     if len(args) > 1:
         msg["tool_calls"][1]["function"]["arguments"] = (
-            json.dumps(args[1]) if mode == "json-text" else copy.deepcopy(dict(args[1])))
+            json.dumps(args[1]) if text_args else copy.deepcopy(dict(args[1])))
     text, err = r.render([_m("user", _U1), msg], gen=False)
     if text is None or err is not None:
         return None
@@ -549,11 +582,17 @@ def _reads_rendered(engine: Any, r: _Renderer, dialect: str, p_gen: str, p_nogen
 # ---------------------------------------------------------------- reasoning
 
 def _reasoning(engine: Any, r: _Renderer, variables: Sequence[str], p_gen: str, p_nogen: str,
-               gen_prompt: str, dialect: str | None) -> ReasoningFormat:
+               gen_prompt: str, dialect: str | None, as_text: bool) -> ReasoningFormat:
     field = open_ = close = None
     history = None
-    for name in ("reasoning_content", "thinking", "reasoning"):
-        text, _ = r.render([_m("user", _U1), _m("assistant", _A1, **{name: _T1})], gen=False)
+    tries = [(name, beside) for name in ("reasoning_content", "thinking", "reasoning")
+             for beside in (False, True)]
+    for name, beside in tries:
+        # reasoning of a plain answer, else of a turn with a call (some templates keep it
+        # only while the calls' results are pending)
+        msg = _call(_A1, as_text=as_text, **{name: _T1}) if beside \
+            else _m("assistant", _A1, **{name: _T1})
+        text, _ = r.render([_m("user", _U1), msg], gen=False)
         if not text or _T1 not in text or _A1 not in text:
             continue
         field = name
@@ -566,8 +605,8 @@ def _reasoning(engine: Any, r: _Renderer, variables: Sequence[str], p_gen: str, 
         lines = [ln for ln in before.strip().splitlines() if ln.strip()]
         open_ = lines[-1].strip() if lines else (gen_prompt.strip().splitlines() or [""])[-1]
         close = full[i + len(_T1):j].strip() if j > i else None
-        later, _ = r.render([_m("user", _U1), _m("assistant", _A1, **{name: _T1}),
-                             _m("user", _U2)])
+        later, _ = r.render([_m("user", _U1), msg, *([_result()] if beside else []),
+                             _m("assistant", _A2), _m("user", _U2)])
         history = bool(later and _T1 in later)
         break
     switches = []
@@ -682,15 +721,19 @@ def _derive(engine: Any, pr: _Prober, call: CallFormat, reasoning: ReasoningForm
         # a template that writes any role name it is given does not know developer: the
         # model reads such a message better as system text
         roles.append("developer")
-    if broke("two-calls") and ok("call"):
+    if failed("two-calls") and ok("call"):
         out["parallel_tools"] = False
-        notes.append("the template refuses two calls in one assistant message: "
+        how = "refuses" if broke("two-calls") else "drops the second of"
+        notes.append(f"the template {how} two calls in one assistant message: "
                      "parallel_tools false (a history with parallel calls needs one call a "
                      "message, which no turn_* field says yet)")
     out["turn_roles"] = tuple(roles)
     out["turn_content_required"] = broke("call-without-content") and not broke("call")
-    out["turn_text_with_calls"] = not failed("text-with-call")
-    out["turn_history_calls"] = not failed("call-in-history")
+    history = next((x for x in pr.probes if x.name == "call-in-history"), None)
+    lost = set(history.missing) if history is not None else set()
+    out["turn_text_with_calls"] = not failed("text-with-call") \
+        and "the text beside the earlier call" not in lost
+    out["turn_history_calls"] = not (broke("call-in-history") or "the earlier call" in lost)
     out["turn_results_follow_calls"] = failed("result-apart")
     if not ok("call") and not renders_tools:
         notes.append("the template renders no tool calls; turn_text_with_calls and "

@@ -332,6 +332,14 @@ def inspect_template(engine: Any, source: str, *, bos_token: str = "", eos_token
     pr = _Prober(r, as_text)
     _turn_probes(pr)
     call = _call_format(engine, r, p_gen, p_nogen, notes, as_text)
+    if call.dialect is None and plain is not None:
+        # the tool list may sit between the conversation and the generation prompt: read
+        # the call from renders without it
+        plain_nogen = r.render([_m("user", _U1)], gen=False, tools=False)[0]
+        if plain_nogen is not None:
+            bare = _call_format(engine, r, plain, plain_nogen, notes, as_text, tools=False)
+            if bare.dialect is not None:
+                call = bare
     reasoning = _reasoning(engine, r, variables, p_gen, p_nogen, gen_prompt, call.dialect,
                            as_text)
     tool_result = _tool_result_text(r, pr, gen_prompt, call.text)
@@ -432,9 +440,9 @@ def _segment(text: str, p_gen: str, p_nogen: str) -> tuple[str, str]:
     return text[at:], prime
 
 
-def _turn_tail(r: _Renderer) -> str:
+def _turn_tail(r: _Renderer, tools: bool = True) -> str:
     """What the template writes after an assistant turn's text (its end-of-turn marks)."""
-    text, _ = r.render([_m("user", _U1), _m("assistant", _A1)], gen=False)
+    text, _ = r.render([_m("user", _U1), _m("assistant", _A1)], gen=False, tools=tools)
     if not text or _A1 not in text:
         return ""
     return text[text.rindex(_A1) + len(_A1):]
@@ -500,21 +508,24 @@ def _rank(engine: Any, ids: Sequence[str], vocabulary: str, gen_prompt: str,
 
 
 def _call_format(engine: Any, r: _Renderer, p_gen: str, p_nogen: str,
-                 notes: list[str], as_text: bool) -> CallFormat:
+                 notes: list[str], as_text: bool, tools: bool = True) -> CallFormat:
     from ..rules._schemas_dialects import REPAIRS
 
     dialects = [d for d in engine.ruleset.ids("dialect")]
-    tail = _turn_tail(r)
+    tail = _turn_tail(r, tools)
     gen_prompt = p_gen[len(p_nogen):]
     why = "the template does not render an assistant message with a call"
     forms = [(as_text, False), (not as_text, False), (as_text, True), (not as_text, True)]
+    rendered = False
     for text_args, named_ids in forms:
         mode = "json-text" if text_args else "object"
         text, err = r.render([_m("user", _U1), _call(as_text=text_args, named_ids=named_ids)],
-                             gen=False)
+                             gen=False, tools=tools)
         if err is not None:
-            why = f"an assistant message with a call does not render: {err.message}"
+            if not rendered:
+                why = f"an assistant message with a call does not render: {err.message}"
             continue
+        rendered = True
         assert text is not None
         seg, prime = _segment(text, p_gen, p_nogen)
         if tail.strip() and seg.endswith(tail):
@@ -541,9 +552,9 @@ def _call_format(engine: Any, r: _Renderer, p_gen: str, p_nogen: str,
         best = ranked[0]
         form = (text_args, named_ids)
         tricky = _reads_rendered(engine, r, best, p_gen, p_nogen, tail, [_TRICKY], form,
-                                 needs[best])
+                                 needs[best], tools)
         two = _reads_rendered(engine, r, best, p_gen, p_nogen, tail,
-                              [_ARGS, {**_ARGS, "count": 43}], form, needs[best])
+                              [_ARGS, {**_ARGS, "count": 43}], form, needs[best], tools)
         said = []
         if text_args:
             said.append("the template writes arguments given as a JSON string, not as an "
@@ -564,13 +575,13 @@ def _call_format(engine: Any, r: _Renderer, p_gen: str, p_nogen: str,
 
 def _reads_rendered(engine: Any, r: _Renderer, dialect: str, p_gen: str, p_nogen: str,
                     tail: str, args: Sequence[Mapping[str, Any]], form: tuple[bool, bool],
-                    repairs: tuple[str, ...]) -> bool | None:
+                    repairs: tuple[str, ...], tools: bool = True) -> bool | None:
     text_args, named_ids = form
     msg = _call(args=args[0], as_text=text_args, calls=len(args), named_ids=named_ids)
     if len(args) > 1:
         msg["tool_calls"][1]["function"]["arguments"] = (
             json.dumps(args[1]) if text_args else copy.deepcopy(dict(args[1])))
-    text, err = r.render([_m("user", _U1), msg], gen=False)
+    text, err = r.render([_m("user", _U1), msg], gen=False, tools=tools)
     if text is None or err is not None:
         return None
     seg, prime = _segment(text, p_gen, p_nogen)
@@ -634,11 +645,11 @@ def _reasoning(engine: Any, r: _Renderer, variables: Sequence[str], p_gen: str, 
                            tuple(switches), markers_known)
 
 
-def _gen_prompt(r: _Renderer, **extra: Any) -> str | None:
+def _gen_prompt(r: _Renderer, tools: bool = True, **extra: Any) -> str | None:
     """What add_generation_prompt appends to a one-message conversation (with `extra`
     variables set)."""
-    on, _ = r.render([_m("user", _U1)], **extra)
-    off, _ = r.render([_m("user", _U1)], gen=False, **extra)
+    on, _ = r.render([_m("user", _U1)], tools=tools, **extra)
+    off, _ = r.render([_m("user", _U1)], gen=False, tools=tools, **extra)
     if on is None or off is None:
         return None
     return on[len(off):] if on.startswith(off) else on[_common(on, off):]
@@ -652,7 +663,15 @@ def _tool_result_text(r: _Renderer, pr: _Prober, gen_prompt: str,
     p = next((x for x in pr.probes if x.name == "tool-result"), None)
     if p is None or not p.ok:
         return None
-    text, _ = r.render([_m("user", _U1), pr.call(), _result()])
+    # without the tool list, which some templates write after the conversation
+    text, _ = r.render([_m("user", _U1), pr.call(), _result()], tools=False)
+    tail = _turn_tail(r, tools=False)
+    if not text or _R1 not in text:
+        text, _ = r.render([_m("user", _U1), pr.call(), _result()])
+        tail = _turn_tail(r)
+        gen_prompt = _gen_prompt(r) or ""
+    else:
+        gen_prompt = _gen_prompt(r, tools=False) or ""
     if not text:
         return None
     at = text.find(_R1)
@@ -664,7 +683,6 @@ def _tool_result_text(r: _Renderer, pr: _Prober, gen_prompt: str,
         k = text.find(closer, start, at)
         if k >= 0:
             start = k + len(closer)
-    tail = _turn_tail(r)
     if tail.strip() and text.startswith(tail, start):
         start += len(tail)
     else:

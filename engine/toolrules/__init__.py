@@ -71,6 +71,7 @@ from .clients._connect import connect
 from .clients._errors import ProviderError
 from .emulation._chat import ChatPrompt
 from .emulation._grammar import CallGrammar
+from .emulation._inspect import TemplateReport
 from .emulation._part import build_emulation_prompt
 from .emulation._rules import EmulationPrompt, EmulationStyle
 from .runtime import (
@@ -116,6 +117,7 @@ __all__ = [
     "ScriptedModel",
     "StreamChunk",
     "StreamChunkType",
+    "TemplateReport",
     "Tool",
     "ToolCall",
     "ToolClassification",

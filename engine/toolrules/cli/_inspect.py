@@ -64,6 +64,7 @@ def _from_file(path: str, bos: str | None, eos: str | None) -> TemplateSource:
             note = f"the {pick!r} template of {len(named)} in the file"
         if not isinstance(chat, str):
             fail(f"{path} holds no chat_template", _HINT_TEMPLATE)
+            return TemplateSource("", path)  # not reached: fail() exits
         text = chat
         bos = bos if bos is not None else _token(data.get("bos_token"))
         eos = eos if eos is not None else _token(data.get("eos_token"))
@@ -131,9 +132,14 @@ def _q(text: str | None) -> str:
 
 
 def _family_name(src: TemplateSource, name: str | None) -> str:
-    raw = name or src.name or "model"
+    """The name given (checked as it is), else one made from the source's."""
+    if name is not None:
+        return name
+    raw = src.name or "model"
     raw = raw.rsplit("/", 1)[-1]
     raw = re.sub(r"\.gguf$", "", raw, flags=re.I)
+    # a weights file's quantization and packaging say nothing about the family
+    raw = re.sub(r"(?:[-._](?:i?q\d\w*|b?f16|f32|fp\d+|gguf))+$", "", raw, flags=re.I)
     slug = re.sub(r"[^a-z0-9.-]+", "-", raw.lower()).strip("-.")
     return slug or "model"
 
@@ -159,7 +165,7 @@ def inspect_source(engine: Any, src: TemplateSource, as_json: bool, write_rule: 
         from ..emulation._inspect import rule_stub
 
         family = _family_name(src, name)
-        when = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d")
+        when = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d")
         try:
             text = rule_stub(report, family, when)
         except ParseError as exc:

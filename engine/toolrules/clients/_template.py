@@ -68,8 +68,8 @@ def fetch_server_template(engine: Any, provider: str, base_url: str | None, *,
         with opener.open(request, timeout=timeout) as reply:
             raw = reply.read(_MAX_REPLY + 1)
     except urllib.error.HTTPError as exc:
-        hint = ("the server has no such endpoint (llama-server has /props; other servers may "
-                "not say which template they render)" if exc.code == 404 else
+        hint = ("the server has no such endpoint (not every server says which template it "
+                "renders)" if exc.code == 404 else
                 "pass the upstream's key (its rule's env var)" if exc.code in (401, 403)
                 else "the server failed")
         raise TemplateUnavailable(f"GET {url}: HTTP {exc.code}: {hint}", url) from None
@@ -85,7 +85,7 @@ def fetch_server_template(engine: Any, provider: str, base_url: str | None, *,
         raise TemplateUnavailable(f"GET {url}: the reply is not JSON ({exc.msg})", url) from None
     found = rules.template_reply(data)
     if "template" not in found:
-        raise TemplateUnavailable(f"GET {url}: the reply names no chat template (llama-server "
-                                  "reports the one it renders with --jinja)", url)
+        raise TemplateUnavailable(f"GET {url}: the reply names no chat template (where "
+                                  "the provider rule's http.chat_template looks)", url)
     return ServerTemplate(url, found["template"], found.get("bos_token", ""),
                           found.get("eos_token", ""), found.get("name"))

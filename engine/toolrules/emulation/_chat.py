@@ -163,7 +163,7 @@ def _generation_extension() -> Any:
     from jinja2.ext import Extension
 
     class GenerationTag(Extension):
-        tags = {"generation"}
+        tags = {"generation"}  # noqa: RUF012 - the attribute Extension defines
 
         def parse(self, parser: Any) -> Any:
             from jinja2 import nodes

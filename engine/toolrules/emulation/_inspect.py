@@ -28,8 +28,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .._errors import ParseError, ToolrulesError
-from ._chat import TemplateRaised, compile_chat_template, render_chat_template, \
-    template_environment
+from ._chat import TemplateRaised, compile_chat_template, render_chat_template, template_environment
 
 __all__ = ["CallFormat", "Probe", "ReasoningFormat", "TemplateReport", "inspect_template",
            "rule_stub"]
@@ -601,8 +600,9 @@ def _reasoning(engine: Any, r: _Renderer, variables: Sequence[str], p_gen: str, 
     for name, beside in tries:
         # reasoning of a plain answer, else of a turn with a call (some templates keep it
         # only while the calls' results are pending)
-        msg = _call(_A1, as_text=as_text, **{name: _T1}) if beside \
-            else _m("assistant", _A1, **{name: _T1})
+        msg = _m("assistant", _A1, **{name: _T1})
+        if beside:
+            msg = {**_call(_A1, as_text=as_text), name: _T1}
         text, _ = r.render([_m("user", _U1), msg], gen=False)
         if not text or _T1 not in text or _A1 not in text:
             continue
@@ -640,7 +640,7 @@ def _reasoning(engine: Any, r: _Renderer, variables: Sequence[str], p_gen: str, 
         if field is not None and open_ and close and pairs:
             markers_known = (open_, close) in pairs
     else:
-        opened = bool(open_) and gen_prompt.rstrip().endswith(open_)
+        opened = open_ is not None and bool(open_) and gen_prompt.rstrip().endswith(open_)
     return ReasoningFormat(field, open_ or None, close or None, history, opened,
                            tuple(switches), markers_known)
 

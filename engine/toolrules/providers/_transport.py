@@ -269,7 +269,8 @@ def compile_http(data: dict[str, Any], provider: str) -> HttpRules | None:
 
     texts = [str(http.get("path") or ""), str(stream.get("path") or ""),
              str(http.get("base_url") or "")]
-    chat = http.get("chat_template") if isinstance(http.get("chat_template"), dict) else {}
+    found = http.get("chat_template")
+    chat: dict[str, Any] = found if isinstance(found, dict) else {}
     template_fields = tuple((k, e) for k in ("template", "bos_token", "eos_token", "name")
                             if (e := expr(chat.get(k), f"chat_template.{k}")) is not None)
     return HttpRules(

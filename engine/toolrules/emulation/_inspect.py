@@ -778,7 +778,7 @@ def rule_stub(report: TemplateReport, family: str, when: str) -> str:
         "description": f"{family}: turn constraints, call format and reasoning derived from "
                        "its chat template",
         "examples": [family],
-        "match": [f"^{re.escape(family)}(?=$|[-_:.])"],
+        "match": [f"^{family.replace('.', chr(92) + '.')}(?=$|[-_:.])"],
     }
     if dialect is not None:
         body["dialect"] = dialect

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from .._errors import CapabilityError, Problem, RuleError
+from .._errors import CapabilityError, Problem, RuleError, ToolrulesError
 from ..rules._loader import RuleFile, RuleSet
 from ..rules._serve_rules import DEFAULT_ID, check_config, merge_config
 
@@ -261,7 +261,9 @@ def ask_template(engine: Any, route: Route, ask: str | None) -> RouteTemplate | 
         log.warning("%s: the upstream's chat template %s; the rules decide", where,
                     exc.message)
         return RouteTemplate(None, reason=f"its template does not render: {exc.message}")
-    except CapabilityError as exc:  # no base URL to ask
+    except ToolrulesError as exc:  # no base URL to ask, a template over the size limit
+        log.warning("%s: the upstream's chat template is not used, the rules decide: %s",
+                    where, exc)
         return RouteTemplate(None, reason=str(exc))
     derived = RouteTemplate(served.url, report.capability, report.sha256, served.name)
     log.info("%s: %s", where, derived.describe())

@@ -336,3 +336,18 @@ def test_cli_sources_are_exclusive_and_model_inspect_still_works(tmp_path):
     assert res.exit_code == 0
     data = json.loads(res.output)
     assert data["capability"]["turn_system"] == "first"
+
+
+def test_cli_token_overrides_and_provider(tmp_path):
+    res = run("inspect", "--gguf", str(gguf_with_template(tmp_path)), "--bos-token", "<B>",
+              "--eos-token", "<E>", "--json")
+    assert res.exit_code == 0, res.output
+    data = json.loads(res.output)
+    assert (data["bos_token"], data["eos_token"]) == ("<B>", "<E>")
+    with PropsServer(TEMPLATE) as up:
+        res = run("inspect", "--server", up.url, "--provider", "groq")
+        assert up.props_asked == 0
+    assert res.exit_code == 1
+    assert "provider 'groq' says no place to ask a server for its chat template" in res.output
+    res = run("inspect", "--server", "http://127.0.0.1:9", "--provider", "no-such-provider")
+    assert res.exit_code == 2

@@ -304,7 +304,21 @@ def test_content_attribute_access(engine):
     without = probe(r, "call-without-content")
     assert without.outcome == "failed"
     assert "content" in (without.message or "")
+    assert probe(r, "call-with-null-content").outcome == "failed"
     assert probe(r, "call").ok
+    assert r.capability["turn_content_required"] is True
+
+
+def test_content_null_alone_is_enough(engine):
+    # a missing field reads as empty here, but null content is searched like text
+    src = t("""
+        {%- for m in messages %}<{{ m.role }}>{% if m.content is defined and '<x>' in m.content %}!{% endif %}{{ m.content or '' }}
+        {%- for c in m.tool_calls or [] %}<tool_call>{"name": "{{ c.function.name }}", "arguments": {{ c.function.arguments | tojson }}}</tool_call>{% endfor %}</{{ m.role }}>{% endfor %}
+        {%- if add_generation_prompt %}<assistant>{% endif %}
+    """)
+    r = engine.inspect_template(src)
+    assert probe(r, "call-without-content").ok
+    assert probe(r, "call-with-null-content").outcome == "failed"
     assert r.capability["turn_content_required"] is True
 
 

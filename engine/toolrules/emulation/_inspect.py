@@ -401,6 +401,9 @@ def _turn_probes(pr: _Prober) -> None:
     if base.ok or base.outcome == "dropped":
         pr.run("call-without-content", "an assistant message with a call and no content "
                "field", [U1, pr.call(_NO_CONTENT), *follow], {"the call's arguments": _ARG_TEXT})
+        pr.run("call-with-null-content", "an assistant message with a call and content null "
+               "(as OpenAI clients send it)", [U1, pr.call(None), *follow],
+               {"the call's arguments": _ARG_TEXT})
         pr.run("text-with-call", "assistant text beside a call",
                [U1, pr.call(_CALL_TEXT), *follow], {"the text beside the call": _CALL_TEXT})
         pr.run("call-in-history", "a call (with text beside it) two turns back",
@@ -409,7 +412,10 @@ def _turn_probes(pr: _Prober) -> None:
                 "the later assistant text": _A2})
     else:
         for name, q in (("call-without-content", "an assistant message with a call and no "
-                         "content field"), ("text-with-call", "assistant text beside a call"),
+                         "content field"),
+                        ("call-with-null-content", "an assistant message with a call and "
+                         "content null (as OpenAI clients send it)"),
+                        ("text-with-call", "assistant text beside a call"),
                         ("call-in-history", "a call two turns back")):
             pr.skip(name, q, "an assistant message with a call does not render")
     if tool.ok:
@@ -746,7 +752,8 @@ def _derive(engine: Any, pr: _Prober, call: CallFormat, reasoning: ReasoningForm
                      "parallel_tools false (a history with parallel calls needs one call a "
                      "message, which no turn_* field says yet)")
     out["turn_roles"] = tuple(roles)
-    out["turn_content_required"] = broke("call-without-content") and not broke("call")
+    out["turn_content_required"] = (broke("call-without-content")
+                                    or broke("call-with-null-content")) and not broke("call")
     history = next((x for x in pr.probes if x.name == "call-in-history"), None)
     lost = set(history.missing) if history is not None else set()
     out["turn_text_with_calls"] = not failed("text-with-call") \

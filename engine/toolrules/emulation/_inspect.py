@@ -402,7 +402,7 @@ def _turn_probes(pr: _Prober) -> None:
         pr.run("call-without-content", "an assistant message with a call and no content "
                "field", [U1, pr.call(_NO_CONTENT), *follow], {"the call's arguments": _ARG_TEXT})
         pr.run("call-with-null-content", "an assistant message with a call and content null "
-               "(as OpenAI clients send it)", [U1, pr.call(None), *follow],
+               "(as chat-completions clients send it)", [U1, pr.call(None), *follow],
                {"the call's arguments": _ARG_TEXT})
         pr.run("text-with-call", "assistant text beside a call",
                [U1, pr.call(_CALL_TEXT), *follow], {"the text beside the call": _CALL_TEXT})
@@ -414,7 +414,7 @@ def _turn_probes(pr: _Prober) -> None:
         for name, q in (("call-without-content", "an assistant message with a call and no "
                          "content field"),
                         ("call-with-null-content", "an assistant message with a call and "
-                         "content null (as OpenAI clients send it)"),
+                         "content null (as chat-completions clients send it)"),
                         ("text-with-call", "assistant text beside a call"),
                         ("call-in-history", "a call two turns back")):
             pr.skip(name, q, "an assistant message with a call does not render")

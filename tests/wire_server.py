@@ -99,6 +99,11 @@ class WireServer:
     def __init__(self, responder: Any = None) -> None:
         self.replies: deque[Reply] = deque()
         self.requests: list[Seen] = []
+        # GET /props (where llama-server says which chat template it renders, asked by the
+        # proxy at start) is answered apart: 404 as most servers do, unless a test sets a
+        # reply; it is counted here, not in `requests`, and takes no scripted reply.
+        self.props: Reply | None = None
+        self.props_asked = 0
         # responder(seen) -> Reply: a reply made from the request (when none is scripted)
         self.responder = responder
         outer = self
@@ -134,13 +139,24 @@ class WireServer:
         parts = urlsplit(h.path)
         seen = Seen(h.command, parts.path, parse_qs(parts.query),
                     {k.lower(): v for k, v in h.headers.items()}, body, time.monotonic())
-        self.requests.append(seen)
+        if h.command == "GET" and parts.path == "/props":
+            self.props_asked += 1
+            reply = self.props or Reply(status=404, body=b'{"error": {"message": "Not Found"}}')
+        else:
+            self.requests.append(seen)
+            reply = self._next(seen)
+        self._send(h, reply)
+
+    def _next(self, seen: Seen) -> Reply:
         if self.replies:
             reply = self.replies.popleft()
         elif self.responder is not None:
             reply = self.responder(seen)
         else:
             reply = Reply(status=500, body=b'{"error": {"message": "no reply scripted"}}')
+        return reply
+
+    def _send(self, h: BaseHTTPRequestHandler, reply: Reply) -> None:
         if reply.delay:
             time.sleep(reply.delay)
         if reply.hang_up:

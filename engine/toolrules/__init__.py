@@ -121,6 +121,9 @@ if _typing.TYPE_CHECKING:
     from .emulation._grammar import (
         CallGrammar,
     )
+    from .emulation._inspect import (
+        TemplateReport,
+    )
     from .emulation._part import (
         build_emulation_prompt,
     )
@@ -187,6 +190,7 @@ _LAZY: dict[str, str] = {
     "ScriptedModel": ".clients._scripted",
     "StreamChunk": "._types",
     "StreamChunkType": "._types",
+    "TemplateReport": ".emulation._inspect",
     "Tool": "._types",
     "ToolCall": "._types",
     "ToolClassification": ".calls._engineering",
@@ -266,6 +270,7 @@ __all__ = [
     "ScriptedModel",
     "StreamChunk",
     "StreamChunkType",
+    "TemplateReport",
     "Tool",
     "ToolCall",
     "ToolClassification",

@@ -25,6 +25,7 @@ if TYPE_CHECKING:
     from .dialects._parser import DialectsPart, TextParser
     from .emulation._chat import ChatPrompt
     from .emulation._grammar import CallGrammar
+    from .emulation._inspect import TemplateReport
     from .emulation._part import EmulationPart
     from .emulation._rules import EmulationPrompt, EmulationStyle
     from .emulation._turns import Turns
@@ -300,6 +301,19 @@ class Engine:
         for `tools` with the system text, earlier calls and results written as text. Comes
         with the turn's stop strings and the dialect that reads the answer."""
         return self._emulation.chat_prompt(messages, model, tools=tools, tool_choice=tool_choice, capability=capability, style=style, template=template, embedded=embedded, add_generation_prompt=add_generation_prompt, bos_token=bos_token, eos_token=eos_token)
+
+    def inspect_template(self, source: str, *, bos_token: str = "", eos_token: str = "",
+                         origin: str = "template") -> TemplateReport:
+        """What a model's own chat template (untrusted Jinja: a file, a GGUF's
+        tokenizer.chat_template, a server's) enforces, drops and writes, found by rendering
+        probe conversations through it in the server-like sandbox: the constraints it
+        raises on (with its own words) and the texts it silently drops, as capability
+        turn_* fields; the dialect its tool calls read back in exactly; its reasoning
+        markers and switches; how it renders tool results. `bos_token`/`eos_token` as the
+        server passes them. Raises TemplateRaised when the template does not render a
+        one-message conversation (a syntax error names its line)."""
+        return self._emulation.inspect_template(source, bos_token=bos_token,
+                                                eos_token=eos_token, origin=origin)
 
     def call_grammar(self, tools: Any, model: Any = None, *, format: str = "gbnf",
                      tool_choice: Any = "auto", capability: Capability | None = None,

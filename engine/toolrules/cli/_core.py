@@ -60,12 +60,60 @@ def lint(paths: tuple[str, ...], fmt: str, no_bundled: bool) -> None:
 
 
 @main.command()
-@click.argument("model")
+@click.argument("model", required=False)
+@click.option("--template", "template_file", metavar="FILE",
+              help="A model's Jinja chat template (chat_template.jinja, or a "
+                   "tokenizer_config.json holding it): what it enforces, drops and writes.")
+@click.option("--gguf", "gguf_file", metavar="FILE",
+              help="A GGUF weights file: its tokenizer.chat_template and bos/eos tokens.")
+@click.option("--server", metavar="URL",
+              help="A running model server that says which template it renders "
+                   "(llama-server: GET /props), e.g. http://127.0.0.1:8080.")
+@click.option("--provider", default="llamacpp", show_default=True,
+              help="With --server: the provider rule that says how to ask it.")
+@click.option("--bos-token", default=None, help="The BOS token passed to the template "
+              "(default: what the GGUF, server or tokenizer_config.json says, else empty).")
+@click.option("--eos-token", default=None, help="The EOS token passed to the template.")
+@click.option("--write-rule", "write_rule", metavar="DIR",
+              help="Also write DIR/models/NAME.yaml: a model-family rule holding what the "
+                   "template showed (turn constraints, dialect, reasoning).")
+@click.option("--name", help="With --write-rule: the family name (default: from the file "
+              "or the served model).")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 @click.option("--rules", "rule_paths", multiple=True, type=click.Path(exists=True),
               help="Extra rule directories (overlays).")
-def inspect(model: str, as_json: bool, rule_paths: tuple[str, ...]) -> None:
-    """Show how MODEL is parsed and resolved: spec, capability, dialect, deciding rules."""
+def inspect(model: str | None, template_file: str | None, gguf_file: str | None,
+            server: str | None, provider: str, bos_token: str | None, eos_token: str | None,
+            write_rule: str | None, name: str | None, as_json: bool,
+            rule_paths: tuple[str, ...]) -> None:
+    """Show how MODEL is parsed and resolved (spec, capability, dialect, deciding rules), or
+    what a chat template enforces, drops and writes.
+
+    \b
+    toolrules inspect Qwen/Qwen3-8B
+    toolrules inspect --template chat_template.jinja --write-rule my_rules/
+    toolrules inspect --gguf model.gguf --json
+    toolrules inspect --server http://127.0.0.1:8080
+
+    A template is rendered in a sandbox with probe conversations: what raises (with the
+    template's own message) and what it silently drops give the turn constraints
+    (capability turn_*); a probe call read back by every dialect names the one it writes.
+    """
+    sources = [x for x in (model, template_file, gguf_file, server) if x is not None]
+    if len(sources) != 1:
+        fail("give exactly one of MODEL, --template FILE, --gguf FILE or --server URL",
+             "toolrules inspect --help", code=2)
+    if model is None:
+        from ._inspect import inspect_source, load_source
+
+        engine = get_engine(rule_paths)
+        src = load_source(engine, template_file, gguf_file, server, provider, bos_token,
+                          eos_token)
+        inspect_source(engine, src, as_json, write_rule, name)
+        return
+    if write_rule is not None:
+        fail("--write-rule writes what a chat template shows: use it with --template, --gguf "
+             "or --server", code=2)
     from ..models._rules import spec_dict
 
     engine = get_engine(rule_paths)

@@ -35,6 +35,8 @@ def _describe(config: object) -> list[str]:
         else:
             how = "per model (rules decide)"
         lines.append(f"  {names} -> {target}: {how}")
+        if r.template is not None:
+            lines.append(f"    {r.template.describe()}")
     return lines
 
 

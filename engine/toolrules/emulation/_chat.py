@@ -21,7 +21,8 @@ from .._types import Capability, Message, coerce_tools
 from ._rules import EmulationPrompt, template_error
 
 __all__ = ["ChatPrompt", "TemplateRaised", "build_chat_prompt", "check_rules",
-           "render_chat_template", "render_embedded_template", "template_environment"]
+           "compile_chat_template", "render_chat_template", "render_embedded_template",
+           "template_environment"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -148,28 +149,64 @@ def template_environment() -> Any:
                           sort_keys=sort_keys)
 
     env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True,
-                                        extensions=["jinja2.ext.loopcontrols"])
+                                        extensions=["jinja2.ext.loopcontrols",
+                                                    _generation_extension()])
     env.globals["raise_exception"] = raise_exception
     env.globals["strftime_now"] = strftime_now
     env.filters["tojson"] = tojson
     return env
 
 
-def render_chat_template(source: str, context: Mapping[str, Any], env: Any = None) -> str:
-    """A model's own chat template (untrusted text: from a weights file, a server, a user)
-    rendered in the sandbox with `context` (messages, tools, add_generation_prompt,
-    bos_token, eos_token ...). Raises TemplateRaised with the template's message when it
-    refuses the conversation or fails to render."""
-    from jinja2.exceptions import TemplateError
+def _generation_extension() -> Any:
+    """`{% generation %}...{% endgeneration %}`, the tag Hugging Face templates use to mark
+    the assistant's part for training masks: here it renders its body unchanged."""
+    from jinja2.ext import Extension
+
+    class GenerationTag(Extension):
+        tags = {"generation"}  # noqa: RUF012 - the attribute Extension defines
+
+        def parse(self, parser: Any) -> Any:
+            from jinja2 import nodes
+
+            lineno = next(parser.stream).lineno
+            body = parser.parse_statements(("name:endgeneration",), drop_needle=True)
+            return nodes.Scope(body, lineno=lineno)
+
+    return GenerationTag
+
+
+def compile_chat_template(source: str, env: Any = None) -> Any:
+    """A model's own chat template compiled once in the sandbox, to render many
+    conversations (`render_chat_template(template, context)`). Raises TemplateRaised
+    (raised=False) naming the line of a syntax error."""
+    from jinja2.exceptions import TemplateSyntaxError
 
     env = env if env is not None else template_environment()
     try:
-        return str(env.from_string(source).render(**context))
+        return env.from_string(source)
+    except TemplateSyntaxError as exc:
+        raise TemplateRaised(f"TemplateSyntaxError at line {exc.lineno}: {exc.message}",
+                             raised=False) from None
+    except RecursionError:
+        raise TemplateRaised("the template nests too deeply to compile", raised=False) from None
+
+
+def render_chat_template(source: Any, context: Mapping[str, Any], env: Any = None) -> str:
+    """A model's own chat template (untrusted text: from a weights file, a server, a user;
+    or one compile_chat_template compiled) rendered in the sandbox with `context`
+    (messages, tools, add_generation_prompt, bos_token, eos_token ...). Raises
+    TemplateRaised with the template's message when it refuses the conversation or fails
+    to render."""
+    from jinja2.exceptions import TemplateError
+
+    template = compile_chat_template(source, env) if isinstance(source, str) else source
+    try:
+        return str(template.render(**context))
     except TemplateRaised:
         raise
     except TemplateError as exc:
         raise TemplateRaised(f"{type(exc).__name__}: {exc}", raised=False) from None
-    except (TypeError, ValueError, KeyError, AttributeError, IndexError,
+    except (TypeError, ValueError, KeyError, AttributeError, IndexError, ArithmeticError,
             RecursionError) as exc:  # what a template's own logic trips over
         raise TemplateRaised(f"{type(exc).__name__}: {exc}", raised=False) from None
 

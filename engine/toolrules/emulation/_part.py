@@ -18,6 +18,7 @@ from ..rules._default import resolve_engine
 from ..rules._part import Part
 from ._chat import ChatPrompt
 from ._grammar import CallGrammar
+from ._inspect import TemplateReport
 from ._rules import EmulationPrompt, EmulationRules, EmulationStyle
 from ._turns import Turns, is_permissive, normalize_turns
 
@@ -251,6 +252,14 @@ class EmulationPart(Part):
     def render_template(self, name: str, context: Mapping[str, Any]) -> str:
         """Render any template of the rule set (sandboxed, strict) with `context`."""
         return self._emulation_rules().render_template(name, context)
+
+    def inspect_template(self, source: str, *, bos_token: str = "", eos_token: str = "",
+                         origin: str = "template") -> TemplateReport:
+        """See Engine.inspect_template (emulation/_inspect.py)."""
+        from ._inspect import inspect_template
+
+        return inspect_template(self.engine, source, bos_token=bos_token,
+                                eos_token=eos_token, origin=origin)
 
     def chat_prompt(self, messages: Any, model: Any = None, *, tools: Any = None,
                     tool_choice: Any = "auto", capability: Capability | None = None,

@@ -87,8 +87,8 @@ _WHY = {
                       "(turn_system: leading)",
     "system-none": "the template has no system role (turn_system: none)",
     "system-stable": "the leading system text stays byte-stable (turn_system_stable)",
-    "alternate": "user and assistant turns must alternate, starting with a user turn "
-                 "(turn_alternate)",
+    "alternate": "user turns and assistant turns without calls must alternate, a user "
+                 "turn first (turn_alternate)",
     "content": "the template reads the content of an assistant turn with calls "
                "(turn_content_required)",
 }

@@ -77,6 +77,10 @@ class HttpRules:
     models_path: str | None = None
     models_list: Expr | None = None
     placeholders: frozenset[str] = field(default=frozenset())
+    template_path: str | None = None
+    """GET path (from the server root) of the server's chat template (http.chat_template)."""
+    template_fields: tuple[tuple[str, Expr], ...] = ()
+    """(template | bos_token | eos_token | name, expression over the reply)."""
 
     # ------------------------------------------------------------ where to
 
@@ -138,6 +142,27 @@ class HttpRules:
                 out.append({k: v for k, v in item.items()
                             if k in ("id", "created", "created_at", "display_name")
                             and v is not None})
+        return out
+
+    def template_url(self, base: str) -> str | None:
+        """Where the server says which chat template it renders: the rule's path from the
+        server root (`base` without a trailing API version such as /v1). None: the rule
+        says no such place."""
+        if not self.template_path:
+            return None
+        root = re.sub(r"/v\d+(?:beta\d*|alpha\d*)?/?$", "", base.rstrip("/"))
+        path = self.template_path if self.template_path.startswith("/") \
+            else "/" + self.template_path
+        return root + path
+
+    def template_reply(self, data: Any) -> dict[str, str]:
+        """The template's source, bos/eos tokens and the model's name in a reply (the ones
+        found, as text)."""
+        out: dict[str, str] = {}
+        for key, expr in self.template_fields:
+            value = _search(expr, data) if isinstance(data, (dict, list)) else None
+            if isinstance(value, str) and value:
+                out[key] = value
         return out
 
     # ------------------------------------------------------------ the key
@@ -268,6 +293,10 @@ def compile_http(data: dict[str, Any], provider: str) -> HttpRules | None:
 
     texts = [str(http.get("path") or ""), str(stream.get("path") or ""),
              str(http.get("base_url") or "")]
+    found = http.get("chat_template")
+    chat: dict[str, Any] = found if isinstance(found, dict) else {}
+    template_fields = tuple((k, e) for k in ("template", "bos_token", "eos_token", "name")
+                            if (e := expr(chat.get(k), f"chat_template.{k}")) is not None)
     return HttpRules(
         provider=provider,
         base_url=http.get("base_url"),
@@ -298,6 +327,8 @@ def compile_http(data: dict[str, Any], provider: str) -> HttpRules | None:
         models_path=models.get("path"),
         models_list=expr(models.get("list"), "models.list"),
         placeholders=frozenset(m for t in texts for m in _PLACEHOLDER.findall(t)),
+        template_path=chat.get("path") if chat.get("template") else None,
+        template_fields=template_fields,
     )
 
 
@@ -343,6 +374,12 @@ def check_rules(rs: RuleSet, rep: Any, failed: set[tuple[str, str]]) -> None:
                 and not (http.get("region") or {}).get("env"):
             rep.error(rf, where, "`{region}` is used but `http.region` gives no env var or "
                       "default", "http-placeholder")
+        chat = http.get("chat_template")
+        if isinstance(chat, dict):
+            for key in ("path", "template"):
+                if not chat.get(key):
+                    rep.error(rf, where, f"`http.chat_template` needs `{key}` (and inherits "
+                              "none)", "http-incomplete")
         stream = http.get("stream") or {}
         if (merged.get("stream") or {}).get("events") and not stream.get("framing"):
             rep.error(rf, where, f"provider {rid!r} has stream events but no "

@@ -211,6 +211,19 @@ _HTTP = _section("how a client reaches the provider over HTTP (toolrules.connect
         "extra": _str("the toolrules extra that installs the signer (named in the error "
                       "when it is missing)", "extra: aws"),
     }),
+    "chat_template": _section(
+        "where the server says which chat template it renders (`toolrules serve` asks at "
+        "start and configures the route from the template; `toolrules inspect --server`)", {
+            "path": _str("a GET path from the server root: the base URL without a trailing "
+                         "API version (/v1)", "path: /props"),
+            "template": _expr("over the reply: the template's source",
+                              "template: chat_template"),
+            "bos_token": _expr("over the reply: the BOS token the server passes to the "
+                               "template", "bos_token: bos_token"),
+            "eos_token": _expr("over the reply: the EOS token", "eos_token: eos_token"),
+            "name": _expr("over the reply: the served model's name or file",
+                          "name: model_alias"),
+        }, "chat_template: {path: /props, template: chat_template}"),
     "stream": _section("asking for a stream and reading its frames", {
         "body": {"type": "dict", **_doc("merged into the request body to ask for a stream",
                                         "body: {stream: true}")},

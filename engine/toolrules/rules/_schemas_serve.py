@@ -49,6 +49,12 @@ _UPSTREAM = _section("where the route's requests go", {
     "max_retries": _int("retries of transient upstream failures (429, 5xx, lost "
                         "connections) before the client sees an error", "max_retries: 1",
                         nullable=True),
+    "chat_template": _str("server (default): where the provider rule says how to ask "
+                          "(http.chat_template, e.g. llama-server's GET /props), the server's "
+                          "chat template is asked for at start and configures the route (turn "
+                          "constraints, dialect, reasoning; logged, shown in the route "
+                          "description); rules: the model's rules alone",
+                          "chat_template: rules", allowed=["server", "rules"], nullable=True),
 }, "upstream: {provider: lmstudio, model: qwen/qwen3-coder-30b}")
 
 _TOOLS = _section("how the route calls tools (default: what the model's rules say)", {

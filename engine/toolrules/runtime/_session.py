@@ -242,7 +242,9 @@ def capability_changes(old: ModelInfo, new: ModelInfo) -> tuple[CapabilityChange
         out.append(CapabilityChange("native_tools", "tool calling", old.tool_calling,
                                     new.tool_calling))
     for f in sorted(fields(Capability), key=lambda f: f.name != "dialect"):
-        if f.name in ("native_tools", "emulation_style"):
+        if f.name in ("native_tools", "emulation_style") or f.name.startswith("turn_"):
+            # turn constraints say how a conversation is fitted to the model's chat
+            # template (each rewrite is recorded where it happens), not what it can do
             continue
         a, b = getattr(old.capability, f.name), getattr(new.capability, f.name)
         if a != b:

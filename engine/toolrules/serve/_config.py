@@ -18,11 +18,12 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from .._errors import Problem, RuleError
+from .._errors import CapabilityError, Problem, RuleError, ToolrulesError
 from ..rules._loader import RuleFile, RuleSet
 from ..rules._serve_rules import DEFAULT_ID, check_config, merge_config
 
-__all__ = ["Route", "RouteTools", "ServeConfig", "ServerSettings", "Upstream", "load_config"]
+__all__ = ["Route", "RouteTemplate", "RouteTools", "ServeConfig", "ServerSettings", "Upstream",
+           "ask_template", "load_config"]
 
 CATCH_ALL = ".*"
 
@@ -51,6 +52,31 @@ class RouteTools:
 
 
 @dataclass(frozen=True)
+class RouteTemplate:
+    """What a route took from the chat template its upstream said it renders - or why it
+    kept the rules' configuration."""
+
+    url: str | None
+    """Where the server was asked."""
+    fields: dict[str, Any] = field(default_factory=dict)
+    """Capability fields derived from the template (turn_*, dialect, reasoning ...)."""
+    sha256: str | None = None
+    name: str | None = None
+    """The served model's name or file, as the server said."""
+    reason: str | None = None
+    """Why the rules' configuration was kept (None: the template configured the route)."""
+
+    def describe(self) -> str:
+        if self.reason is not None:
+            return f"chat template: the rules' configuration ({self.reason})"
+        what = ", ".join(f"{k} {'/'.join(map(str, v)) if isinstance(v, (list, tuple)) else v}"
+                         for k, v in self.fields.items())
+        model = f" ({self.name})" if self.name else ""
+        return (f"chat template from {self.url}{model}, sha256 {str(self.sha256)[:12]}: "
+                f"{what or 'nothing to set'}")
+
+
+@dataclass(frozen=True)
 class Route:
     """Public name(s) -> upstream, with tool options. `engine` applies the options."""
 
@@ -65,6 +91,8 @@ class Route:
     builtin_tools: str = "omit"
     """A tool entry the client's API rule may omit (a built-in tool the upstream cannot
     provide): `omit` leaves it out of the tools offered, reported; `refuse`: a 400."""
+    template: RouteTemplate | None = None
+    """What the upstream's own chat template configured (None: not asked)."""
 
     def matches(self, model: str) -> bool:
         if self.name is not None and model == self.name:
@@ -85,9 +113,10 @@ class Route:
         return self.upstream.model_id or self.upstream.model or requested
 
     def capability_overrides(self, engine: Any) -> dict[str, Any]:
-        """The tool options as capability fields (empty: the rules decide alone)."""
+        """The tool options as capability fields, over what the upstream's chat template
+        configured (empty: the rules decide alone)."""
         t = self.tools
-        out: dict[str, Any] = {}
+        out: dict[str, Any] = dict(self.template.fields) if self.template is not None else {}
         if t.mode == "native":
             out["native_tools"] = True
         elif t.mode == "emulate":
@@ -207,6 +236,50 @@ def _route(index: int, data: dict[str, Any], server: ServerSettings) -> Route:
         builtin_tools=str(data.get("builtin_tools") or server.builtin_tools))
 
 
+def ask_template(engine: Any, route: Route, ask: str | None) -> RouteTemplate | None:
+    """The route's configuration from the chat template its upstream renders, where the
+    provider rule says how to ask (http.chat_template) and the route does not say
+    `chat_template: rules`. A server that does not say, or a template that does not
+    render, keeps the rules' configuration, with the reason (logged)."""
+    import logging
+
+    from ..clients._template import TemplateUnavailable, fetch_server_template
+    from ..emulation._chat import TemplateRaised
+    from ..providers._transport import http_rules
+
+    if ask == "rules":
+        return None
+    up = route.upstream
+    log = logging.getLogger("toolrules.serve")
+    where = f"route {route.name or route.index}"
+    try:
+        if http_rules(engine, up.provider).template_path is None:
+            return None
+    except CapabilityError:
+        return None
+    try:
+        key = os.environ.get(up.api_key_env) if up.api_key_env else None
+        served = fetch_server_template(engine, up.provider, up.base_url, api_key=key,
+                                       timeout=min(float(up.connect_timeout or 5.0), 5.0))
+        report = engine.inspect_template(served.template, bos_token=served.bos_token,
+                                         eos_token=served.eos_token, origin=served.url)
+    except TemplateUnavailable as exc:
+        log.warning("%s: the upstream's chat template is unknown, the rules decide: %s",
+                    where, exc)
+        return RouteTemplate(exc.url, reason=str(exc))
+    except TemplateRaised as exc:
+        log.warning("%s: the upstream's chat template %s; the rules decide", where,
+                    exc.message)
+        return RouteTemplate(None, reason=f"its template does not render: {exc.message}")
+    except ToolrulesError as exc:  # no base URL to ask, a template over the size limit
+        log.warning("%s: the upstream's chat template is not used, the rules decide: %s",
+                    where, exc)
+        return RouteTemplate(None, reason=str(exc))
+    derived = RouteTemplate(served.url, report.capability, report.sha256, served.name)
+    log.info("%s: %s", where, derived.describe())
+    return derived
+
+
 def route_engine(engine: Any, route: Route) -> Any:
     """The engine a route's requests use: the rule set plus the route's tool options as
     an explicit override for its model id (a pass-through route: for every id)."""
@@ -280,6 +353,9 @@ def load_config(engine: Any, path: str | os.PathLike[str] | None = None, *,
     routes = []
     for i, rd in enumerate(route_data):
         route = _route(i, rd, server)
+        asked = ask_template(engine, route, (rd.get("upstream") or {}).get("chat_template"))
+        if asked is not None:
+            route = replace(route, template=asked)
         routes.append(replace(route, engine=route_engine(engine, route)))
     messages = data.get("messages") or {}
     return ServeConfig(fronts=tuple(data.get("fronts") or ()), server=server,

@@ -387,7 +387,9 @@ def test_developer_role_of_its_own(engine):
     r = engine.inspect_template(DEVELOPER_ROLE)
     assert probe(r, "developer").ok
     assert probe(r, "unknown-role").outcome == "dropped"
-    assert "developer" in r.capability["turn_roles"]
+    # developer messages are read as system messages: the role is noted, not a field
+    assert r.capability["turn_roles"] == ["tool"]
+    assert any("developer role" in n for n in r.notes)
 
 
 def test_one_call_per_message(engine):
@@ -395,6 +397,7 @@ def test_one_call_per_message(engine):
     two = probe(r, "two-calls")
     assert two.outcome == "raised" and two.message == "One call per message."
     assert r.capability["parallel_tools"] is False
+    assert r.capability["turn_calls_per_message"] == 1
     assert any("two calls" in n for n in r.notes)
 
 

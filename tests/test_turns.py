@@ -127,6 +127,8 @@ def test_without_normalization_the_templates_refuse_or_drop(eng):
     assert outcomes["claude-code-2.1", "calls_without_text"] == "lost 1"  # text beside a call
     assert outcomes["chat-two-systems", "no_tool_role"].startswith("lost")
     assert outcomes["claude-code-2.1", "no_history_calls"].startswith("lost")
+    assert outcomes["chat-assistant-first", "one_call"] == \
+        "raised: This model only supports single tool-calls at once!"
     assert all(v == "ok" for (f, t), v in outcomes.items() if t == "permissive")
     bad = sum(v != "ok" for v in outcomes.values())
     assert bad >= 20, outcomes
@@ -242,6 +244,18 @@ def test_without_a_tool_role_calls_and_results_are_written_in_the_models_format(
     assert [r.action for r in t.rewrites] == ["calls-as-text", "results-as-text"]
 
 
+def test_parallel_calls_become_one_call_a_message_each_with_its_result(eng):
+    c2 = ToolCall("c2", "get_weather", {"city": "Rome"})
+    msgs = [Message("user", "u"), Message("assistant", "both", (CALL, c2)),
+            Message("tool", "r2", tool_call_id="c2"), Message("tool", "r1", tool_call_id="c1"),
+            Message("user", "thanks")]
+    t = eng.normalize_turns(msgs, capability=_cap(eng, turn_calls_per_message=1))
+    assert [(m.role, m.content, m.tool_calls) for m in t.messages] == [
+        ("user", "u", ()), ("assistant", "both", (CALL,)), ("tool", "r1", ()),
+        ("assistant", None, (c2,)), ("tool", "r2", ()), ("user", "thanks", ())]
+    assert [(r.action, r.messages) for r in t.rewrites] == [("calls-split", (1,))]
+
+
 def test_results_move_right_after_their_calls_and_orphans_become_text(eng):
     c2 = ToolCall("c2", "get_weather", {"city": "Rome"})
     msgs = [Message("user", "u"), Message("assistant", None, (CALL, c2)),
@@ -338,7 +352,8 @@ def _send(proxy: Any, api: str, body: dict[str, Any], stream: bool) -> Any:
 
 
 @pytest.mark.parametrize("template", ["system_first", "user_assistant_only", "alternating",
-                                      "single_system", "content_attr", "calls_without_text"])
+                                      "single_system", "content_attr", "calls_without_text",
+                                      "one_call"])
 @pytest.mark.parametrize("fixture", sorted(FIXTURES))
 def test_through_the_proxy_every_fixture_reaches_the_template_intact(eng, fixture, template,
                                                                      access):
@@ -429,7 +444,7 @@ def _conversations(draw: Any) -> list[Message]:
             out.append(Message(kind, text))
         elif kind in ("calls", "text+calls"):
             calls = tuple(ToolCall(f"c{k}_{j}", "get_weather", {"city": f"a{k}y{j}"})
-                          for j in range(draw(st.integers(1, 2))))
+                          for j in range(draw(st.integers(1, 3))))
             pending.extend(calls)
             out.append(Message("assistant", text if kind == "text+calls" else None, calls))
         elif kind == "result" and pending:
@@ -445,7 +460,8 @@ _CONSTRAINTS = st.fixed_dictionaries({
     "turn_system_stable": st.booleans(), "turn_alternate": st.booleans(),
     "turn_roles": st.sampled_from([(), ("tool",)]),
     "turn_content_required": st.booleans(), "turn_text_with_calls": st.booleans(),
-    "turn_history_calls": st.booleans(), "turn_results_follow_calls": st.booleans()})
+    "turn_history_calls": st.booleans(), "turn_results_follow_calls": st.booleans(),
+    "turn_calls_per_message": st.sampled_from([None, 1])})
 
 
 def _all_text(msgs: Any) -> str:

@@ -372,6 +372,10 @@ class Capability:
     """The template renders assistant text written beside calls. Default True."""
     turn_history_calls: bool = True
     """The template renders the calls of earlier assistant turns. Default True."""
+    turn_calls_per_message: int | None = None
+    """At most this many calls in one assistant message (templates that refuse or drop a
+    second call): a message with more is written as several, each followed by its
+    results. Default None (any number)."""
     turn_results_follow_calls: bool = False
     """Tool results must directly follow the assistant message that made the calls, in
     order. Default False."""

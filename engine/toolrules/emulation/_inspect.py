@@ -747,10 +747,11 @@ def _derive(engine: Any, pr: _Prober, call: CallFormat, reasoning: ReasoningForm
                      "messages as system messages, so turn_system covers them")
     if failed("two-calls") and ok("call"):
         out["parallel_tools"] = False
+        out["turn_calls_per_message"] = 1
         how = "refuses" if broke("two-calls") else "drops the second of"
         notes.append(f"the template {how} two calls in one assistant message: "
-                     "parallel_tools false (a history with parallel calls needs one call a "
-                     "message, which no turn_* field says yet)")
+                     "parallel_tools false, and a history with parallel calls is written one "
+                     "call a message (turn_calls_per_message: 1)")
     out["turn_roles"] = tuple(roles)
     out["turn_content_required"] = (broke("call-without-content")
                                     or broke("call-with-null-content")) and not broke("call")

@@ -15,6 +15,8 @@ The steps, in order (each only when its constraint asks for it):
    format (no tool role, calls not rendered in the history, text beside calls dropped
    where turns must alternate);
 2. text the template drops beside calls moves into its own assistant turn before them;
+   a message with more calls than the template takes becomes several, each followed by
+   its results;
 3. tool results move right after the turn that made the calls;
 4. system texts move where the template takes them: folded into the first system
    message, or - when the leading system text must stay byte-stable, or there is no
@@ -77,6 +79,8 @@ _WHY = {
                      "false): they are written as text in the model's format",
     "text-with-calls": "the template drops text written beside calls "
                        "(turn_text_with_calls: false)",
+    "calls-per-message": "the template takes one call per assistant message "
+                         "(turn_calls_per_message)",
     "results-follow": "tool results must directly follow the turn that made the calls "
                       "(turn_results_follow_calls)",
     "orphan-result": "no earlier turn made this call, and results must follow their calls "
@@ -99,7 +103,7 @@ def is_permissive(cap: Capability) -> bool:
     return (cap.turn_system == "anywhere" and not cap.turn_alternate
             and "tool" in cap.turn_roles and cap.turn_history_calls
             and cap.turn_text_with_calls and not cap.turn_results_follow_calls
-            and not cap.turn_content_required)
+            and not cap.turn_content_required and not cap.turn_calls_per_message)
 
 
 def normalize_turns(messages: Sequence[Message], cap: Capability, *,
@@ -116,6 +120,7 @@ def normalize_turns(messages: Sequence[Message], cap: Capability, *,
     slots = [_Slot(m, (i,)) for i, m in enumerate(messages)]
     slots = n.calls_and_results(slots)
     slots = n.text_beside_calls(slots)
+    slots = n.calls_per_message(slots)
     slots = n.results_after_calls(slots)
     slots = n.systems(slots)
     slots = n.alternate(slots)
@@ -201,6 +206,46 @@ class _Normalizer:
                 self.record("text-split-from-calls", s.origin, "text-with-calls")
             else:
                 out.append(s)
+        return out
+
+    # ------------------------------------------------------------ 2b. calls per message
+
+    def calls_per_message(self, slots: list[_Slot]) -> list[_Slot]:
+        """An assistant message with more calls than the template takes becomes several,
+        each followed by the results of its own calls (found among the results right
+        after the message)."""
+        most = self.cap.turn_calls_per_message
+        if not most:
+            return slots
+        out: list[_Slot] = []
+        i = 0
+        while i < len(slots):
+            s = slots[i]
+            m = s.m
+            if m.role != "assistant" or len(m.tool_calls) <= most:
+                out.append(s)
+                i += 1
+                continue
+            j = i + 1
+            while j < len(slots) and slots[j].m.role == "tool":
+                j += 1
+            results = slots[i + 1:j]
+            used: set[int] = set()
+            calls = m.tool_calls
+            for k in range(0, len(calls), most):
+                part = calls[k:k + most]
+                first = k == 0
+                out.append(_Slot(Message("assistant", m.content if first else None, part,
+                                         reasoning_content=m.reasoning_content if first
+                                         else None), s.origin))
+                ids = {c.id for c in part if c.id}
+                for n, r in enumerate(results):
+                    if n not in used and r.m.tool_call_id in ids:
+                        out.append(r)
+                        used.add(n)
+            out.extend(r for n, r in enumerate(results) if n not in used)
+            self.record("calls-split", s.origin, "calls-per-message")
+            i = j
         return out
 
     # ------------------------------------------------------------ 3. results after calls
@@ -388,6 +433,10 @@ def violations(messages: Sequence[Message], cap: Capability) -> list[str]:
             out.append(f"messages[{i}]: calls in the history (turn_history_calls: false)")
         if calls and not cap.turn_text_with_calls and _text(m.content).strip():
             out.append(f"messages[{i}]: text beside calls (turn_text_with_calls: false)")
+        if calls and cap.turn_calls_per_message and \
+                len(m.tool_calls) > cap.turn_calls_per_message:
+            out.append(f"messages[{i}]: {len(m.tool_calls)} calls in one message "
+                       "(turn_calls_per_message)")
         if calls and cap.turn_content_required and m.content is None:
             out.append(f"messages[{i}]: calls without content (turn_content_required)")
     if cap.turn_results_follow_calls:

@@ -69,6 +69,10 @@ CAPABILITY_FIELDS: dict[str, dict[str, Any]] = {
                                    "field (written as \"\")"),
     "turn_text_with_calls": _bool("the chat template renders assistant text beside calls"),
     "turn_history_calls": _bool("the chat template renders the calls of earlier turns"),
+    "turn_calls_per_message": {"type": "integer", "nullable": True, "min": 1, **_doc(
+        "at most this many calls in one assistant message (a template that refuses or drops "
+        "a second call): more are written as several messages, each followed by its results",
+        "turn_calls_per_message: 1")},
     "turn_results_follow_calls": _bool("tool results must directly follow the message "
                                        "that made the calls"),
 }

@@ -161,8 +161,9 @@ class PayloadDef:
 class HeaderDef:
     def __init__(self, spec: dict[str, Any], kept: Sequence[str]):
         until = _as_list(spec.get("until"))
-        keep = bool(spec.get("keep"))
-        pairs = [(m, "keep" if keep else "until") for m in until]
+        keep = spec.get("keep")  # true: every until marker starts the payload; a list: those
+        kept_until = set(until) if keep is True else set(_as_list(keep))
+        pairs = [(m, "keep" if m in kept_until else "until") for m in until]
         pairs += [(m, "keep") for m in kept]
         self.ends = MarkerTable(pairs)
         pattern = spec.get("pattern")

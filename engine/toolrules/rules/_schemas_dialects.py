@@ -118,7 +118,11 @@ _CALL = {
             "schema": {
                 "until": {**_markers("marker(s) ending the header", "until: '[ARGS]'"),
                           "required": True},
-                "keep": _bool("the until marker is not consumed (it starts the payload)"),
+                "keep": {"type": ["boolean", "string", "list"],
+                         "schema": {"type": "string", "empty": False},
+                         **_doc("the until marker is not consumed (it starts the payload): "
+                                "true for every until marker, or the markers that are kept",
+                                "keep: ['{']")},
                 "pattern": _str("regex over the header; groups name, id, self_close",
                                 "pattern: '^\\s*(?P<name>[\\w.-]+)\\s*$'"),
                 "optional": _bool("no header when the payload starts at once"),

@@ -100,6 +100,9 @@ class ParamDef:
         opt = spec.get("close_optional", False)
         self.close_optional = opt if opt in ("call", "param") else ("both" if opt else "")
         self.confirm = MarkerTable((m, "confirm") for m in _as_list(spec.get("confirm")))
+        # the call's close marker inside a value whose own close was omitted: it ends the
+        # value only when one of these (or the end of the output) follows it
+        self.confirm_end = MarkerTable((m, "confirm") for m in _as_list(spec.get("confirm_end")))
         self.trim = spec.get("trim", "none")
         self.types = dict(spec.get("types") or {})
         self.unescape = spec.get("unescape")
@@ -113,7 +116,7 @@ class ParamDef:
             if self.close_optional in ("both", "param"):
                 pairs += [(m, "next") for m in self.open]
             if self.close_optional in ("both", "call"):
-                pairs += [(m, "next") for m in call_close]
+                pairs += [(m, "end") for m in call_close]
             table = MarkerTable(pairs)
             if len(self._close_cache) < 256:
                 self._close_cache[key] = table

@@ -209,6 +209,7 @@ class _CallRun:
         "call_id",
         "confirming",
         "deep",
+        "ending",
         "header",
         "hlen",
         "item_end",
@@ -254,6 +255,9 @@ class _CallRun:
         self.value: list[str] = []
         self.value_end: MarkerTable | None = None
         self.confirming: list[str] | None = None
+        # confirming the call's close marker found inside a value: where it begins in
+        # `confirming` (-1: confirming a value's own close marker, or nothing)
+        self.ending = -1
         self.probe = 0
         self.progress_name: str | None = None
         self.plen = 0          # characters in `payload`
@@ -1150,13 +1154,18 @@ class Machine:
                 run.confirming.append(self._consume(run, i))
             if i >= n and not final:
                 return False
-            if i < n and pd.confirm.match(buf, i, final) is None:
-                if not final and pd.confirm.is_prefix_at(buf, i):
+            confirm = pd.confirm_end if run.ending >= 0 else pd.confirm
+            if i < n and confirm.match(buf, i, final) is None:
+                if not final and confirm.is_prefix_at(buf, i):
                     return False
                 run.value.extend(run.confirming)  # it was text inside the value
                 run.confirming = None
+                run.ending = -1
                 return True
-            run.confirming = None
+            pending, run.confirming = run.confirming, None
+            if run.ending >= 0:  # the call's close marker: read again, after this value
+                self._unconsume(run, "".join(pending[run.ending:]))
+                run.ending = -1
             return self._end_value(run, pd)
         table = run.value_end
         assert table is not None  # set when the value opened
@@ -1172,9 +1181,26 @@ class Machine:
         if what == "close" and pd.confirm:
             run.confirming = [self._consume(run, m.end())]
             return True
+        if what == "end" and pd.confirm_end:
+            run.confirming = [self._consume(run, m.end())]
+            run.ending = 0
+            return True
         if what == "close":
             self._consume(run, m.end())
         return self._end_value(run, pd)
+
+    def _unconsume(self, run: _CallRun, text: str) -> None:
+        """Give back `text`, the last characters this call consumed: they are read again."""
+        k = len(text)
+        while k:
+            last = run.raw[-1]
+            if len(last) <= k:
+                run.raw.pop()
+                k -= len(last)
+            else:
+                run.raw[-1] = last[:-k]
+                k = 0
+        self._give_back(text)
 
     def _end_value(self, run: _CallRun, pd: Any) -> bool:
         value = "".join(run.value)

@@ -55,6 +55,10 @@ _PARAM = {
         "confirm": _strlist("a close marker only counts when one of these follows it "
                             "(otherwise it is text inside the value)",
                             "confirm: ['<|open|>argument']"),
+        "confirm_end": _strlist("with close_optional: the call's close marker inside a value "
+                                "ends the value only when one of these (or the end of the "
+                                "output) follows it; otherwise it is text inside the value",
+                                "confirm_end: ['</tool_call>', '<function=']"),
         "trim": _str("whitespace removed around a value", "trim: newline",
                      allowed=["none", "newline", "strip"]),
         "types": {"type": "dict", "keysrules": {"type": "string"},

@@ -1249,6 +1249,8 @@ class Machine:
                 if declared_attr is not None and declared is None and types:
                     declared = "json"
                 args[key] = read_value(raw, schema.get(key), declared)
+            if "arguments-parameter" in self.allowed and len(args) == 1:
+                args = self._wrapped_parameter(cast(str, run.name), args, repairs)
             return self._escapes([(run.name, args, run.call_id, repairs)])
         out = []
         wrapped = p.fields["calls"] if p.fields is not None else ()
@@ -1342,6 +1344,25 @@ class Machine:
         return (name, self._unwrap(args, name, repairs),
                 call_id if isinstance(call_id, str) else None, repairs)
 
+    def _wrapped_parameter(self, name: str, args: dict[str, Any],
+                           repairs: list[str]) -> dict[str, Any]:
+        """Repair `arguments-parameter`: a call of an offered tool whose only parameter is
+        `arguments` or `input`, holding an object (or its JSON text), when the tool's schema
+        has no such parameter: the object is the real arguments."""
+        (key, value), = args.items()
+        tool = self.tools.get(name)
+        if key not in _WRAPPER_KEYS or name not in self.tools or key in _properties(tool):
+            return args
+        if isinstance(value, str) and value.strip()[:1] == "{":
+            try:
+                value = loads(value)
+            except ValueError:  # NestingTooDeep included: then it stays as written
+                return args
+        if not isinstance(value, dict):
+            return args
+        repairs.append("arguments-parameter")
+        return value
+
     def _unwrap(self, args: dict[str, Any], name: str, repairs: list[str]) -> dict[str, Any]:
         if "double-wrapped-arguments" in self.allowed and len(args) == 1 \
                 and isinstance(args.get("arguments"), dict) \
@@ -1352,6 +1373,7 @@ class Machine:
 
 
 _MISSING = object()
+_WRAPPER_KEYS = ("arguments", "input")
 
 
 def _lookup(item: dict[str, Any], keys: tuple[str, ...], missing: Any = None) -> Any:

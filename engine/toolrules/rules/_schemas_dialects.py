@@ -10,7 +10,8 @@ __all__ = ["KIND_SCHEMAS", "REPAIRS"]
 
 REPAIRS = ("trailing-commas", "single-quotes", "unquoted-keys", "python-literals",
            "missing-final-brace", "function-key", "args-key", "parameters-key",
-           "double-wrapped-arguments", "arguments-json-string", "markdown-escapes")
+           "double-wrapped-arguments", "arguments-json-string", "markdown-escapes",
+           "arguments-parameter")
 
 _MARKERS = {"type": ["string", "list"], "schema": {"type": "string", "empty": False},
             "empty": False}

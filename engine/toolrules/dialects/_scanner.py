@@ -1021,7 +1021,12 @@ class Machine:
             run.deep = True
         if self._rewind(run):
             return
-        if run.c.close and not run.anchored and run.phase != "skip":
+        # A call that does not fit is skipped through its close marker and given back as
+        # text - except inside reasoning, where an open marker is often just mentioned
+        # ("I could use <tool_call> here"): skipping would swallow the reasoning's own close
+        # marker, so the text goes back at once and the reasoning reads on.
+        if run.c.close and not run.anchored and run.phase != "skip" \
+                and run.ret.kind != "reasoning":
             run.phase = "skip"
             run.repairs.append(why)
             return
@@ -1044,7 +1049,7 @@ class Machine:
             self.start_ok = False
         if run.deep or why == _TOO_DEEP:  # said even at the start: it is hostile, not prose
             self.sink.warn(f"{_TOO_DEEP}-kept-as-text")
-        elif not run.anchored:
+        elif not run.anchored and kind == "content":  # in reasoning: a mention, nothing lost
             self.sink.warn(f"{why}-kept-as-text")
 
     # -------------------------------------------------- tagged parameters

@@ -221,7 +221,8 @@ class CallDef:
 class Region:
     """A text region: where its text goes and which markers leave it."""
 
-    __slots__ = ("exits", "kind", "name", "noise", "reasoning", "start_calls", "tentative")
+    __slots__ = ("exits", "kind", "name", "noise", "reasoning", "start_calls", "tentative",
+                 "text")
 
     def __init__(self, kind: str, name: str):
         self.kind = kind          # content | reasoning | drop | section | between | undecided
@@ -231,6 +232,9 @@ class Region:
         self.tentative = False    # calls here count only if the reasoning never closes
         self.reasoning: Region | None = None  # undecided: the reasoning it may turn out to be
         self.noise = False        # section: text outside calls is template noise (dropped)
+        # where text given back from a call here goes: a section opened inside reasoning
+        # gives it back to the reasoning
+        self.text = "reasoning" if kind == "reasoning" else "content"
 
     def __repr__(self) -> str:
         return f"<Region {self.name}>"
@@ -313,6 +317,28 @@ class Dialect:
                     pairs += [(m, ("call", c)) for m in c.open]
             pairs += [(m, ("drop",)) for m in drop]
             reg.exits = MarkerTable(pairs)
+        # Where reasoning may hold calls (`calls: unclosed | always`), it may hold sections of
+        # calls too: each such reasoning region gets its own copy of every section, closing
+        # back into that reasoning; calls there are tentative like the reasoning's own.
+        for i, r in enumerate(reasoning_defs):
+            if r.get("calls", "never") == "never":
+                continue
+            extra: list[tuple[str, Any]] = []
+            for s in data.get("sections") or []:
+                inner = Region("section", f"{s['name']}@reasoning[{i}]")
+                inner.noise = sections[s["name"]].noise
+                inner.tentative = reasoning[i].tentative
+                inner.text = "reasoning"
+                pairs = [(m, ("goto", reasoning[i])) for m in _as_list(s.get("close"))]
+                for c in self.calls:
+                    if s["name"] in c.regions:
+                        pairs += [(m, ("call", c)) for m in c.open]
+                pairs += [(m, ("drop",)) for m in drop]
+                inner.exits = MarkerTable(pairs)
+                self.regions.append(inner)
+                extra += [(m, ("goto", inner)) for m in _as_list(s.get("open"))]
+            if extra:
+                reasoning[i].exits = MarkerTable([*reasoning[i].exits.actions.items(), *extra])
 
         self.start = self.content
         self.messages: MessagesDef | None = None
@@ -322,8 +348,10 @@ class Dialect:
         self.content.exits = MarkerTable(content_pairs)
 
         self.undecided: Region | None = None
+        self.undecided_cut = "content"  # what undecided text cut off by max_tokens is
         for i, r in enumerate(reasoning_defs):
             if r.get("implicit"):
+                self.undecided_cut = r.get("cut_off", "content")
                 und = Region("undecided", "undecided")
                 und.reasoning = reasoning[i]
                 pairs = [(m, ("resolve", reasoning[i], ("goto", self.content)))

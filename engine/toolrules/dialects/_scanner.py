@@ -187,12 +187,20 @@ class Sink:
         if self.deferred is None and not self.muted:
             self.deferred = []
 
+    def marker(self, s: str) -> None:
+        """A section marker around tentative calls: text again if the calls turn out text."""
+        if self.deferred is not None and not self.muted:
+            self.deferred.append(("marker", s))
+
     def resolve(self, calls_are_text: bool) -> None:
         """End a deferral: replay events; calls become reasoning text if `calls_are_text`."""
         events, self.deferred = self.deferred, None
         for ev in events or ():
             if ev[0] == "text":
                 self._text(ev[1], ev[2])
+            elif ev[0] == "marker":
+                if calls_are_text:
+                    self._text("reasoning", ev[1])
             elif calls_are_text:
                 self._text("reasoning", ev[4])
             else:
@@ -319,8 +327,9 @@ class Machine:
             self.buf, self.pos = "", 0
             self.chars = self.steps = self.dropped = 0
             self._pending_call, self.call = self.call, None
-        if self.region is self.d.content and self.d.undecided is not None:
-            self.region = self.d.undecided
+        und = self.d.undecided
+        if und is not None and (self.region is self.d.content or self.region is und.reasoning):
+            self.region = und  # reasoning only if its close marker comes
         self.start_ok = True
 
     def start_state(self) -> tuple[Any, ...]:
@@ -364,8 +373,9 @@ class Machine:
         if self.header is not None:
             self.sink.warn("incomplete-message-header-dropped")
             self.header = None
-        if self.region.kind == "undecided":
-            self._flush_undecided("content")
+        if self.region.kind == "undecided":  # no close marker came: the reply
+            cut = finish_reason == "length" and self.d.undecided_cut == "reasoning"
+            self._flush_undecided("reasoning" if cut else "content")
         if self.sink.deferred is not None:
             self.sink.resolve(calls_are_text=False)
         # trailing whitespace still pending in the sink is dropped (strip semantics)
@@ -423,7 +433,7 @@ class Machine:
                 return
             if text.strip(_WS):
                 self.sink.warn("text-inside-call-section")
-            self.sink.text("content", text)
+            self.sink.text(region.text, text)
         elif kind == "undecided":
             self.undecided.append(text)
 
@@ -491,12 +501,17 @@ class Machine:
         if kind == "goto":
             target = action[1]
             if r.kind == "reasoning" and r.tentative and self.sink.deferred is not None \
-                    and target is not r:
-                self.sink.resolve(calls_are_text=True)
+                    and target is not r and target.text != "reasoning":
+                self.sink.resolve(calls_are_text=True)  # the reasoning closed: calls were text
+            if target.tentative and target.kind == "section":  # entering one, inside reasoning
+                self.sink.defer()
+                self.sink.marker(marker)
+            elif r.tentative and r.kind == "section":  # leaving it
+                self.sink.marker(marker)
             self.region = target
         elif kind == "call":
             c = action[1]
-            tentative = r.kind == "reasoning" and r.tentative
+            tentative = r.tentative
             if tentative:
                 self.sink.defer()
             elif self.final and c.fast and self._fast_call(c, r, marker):
@@ -1026,7 +1041,7 @@ class Machine:
         # ("I could use <tool_call> here"): skipping would swallow the reasoning's own close
         # marker, so the text goes back at once and the reasoning reads on.
         if run.c.close and not run.anchored and run.phase != "skip" \
-                and run.ret.kind != "reasoning":
+                and run.ret.kind != "reasoning":  # (a section opened in reasoning is no mention)
             run.phase = "skip"
             run.repairs.append(why)
             return
@@ -1043,7 +1058,7 @@ class Machine:
         self.call = None
         self.region = run.ret
         raw = "".join(run.raw)
-        kind = "reasoning" if run.ret.kind == "reasoning" else "content"
+        kind = run.ret.text
         self.sink.text(kind, raw)
         if kind == "content" and raw.strip(_WS):
             self.start_ok = False

@@ -69,8 +69,8 @@ class _Region:
         self.search = r.exits.regex.search if r.exits.regex is not None else None
         self.kind = _KINDS.get(r.kind, _UNKNOWN)
         if r.kind == "section":
-            self.kind = _NOISE if r.noise else _SECTION
-        self.tentative = r.kind == "reasoning" and r.tentative
+            self.kind = _NOISE if r.noise else (_SECTION if r.text == "content" else _UNKNOWN)
+        self.tentative = r.tentative
         self.actions: dict[str, tuple[Any, ...]] = {}
 
 

@@ -168,7 +168,12 @@ DIALECT_SCHEMA: dict[str, Any] = {
             "close": {**_markers("closing marker(s)", "close: '</think>'"), "required": True},
             "calls": _str("whether calls inside reasoning count", "calls: unclosed",
                           allowed=["never", "unclosed", "always"]),
-            "implicit": _bool("text before a closing marker with no opening one is reasoning"),
+            "implicit": _bool("text before a closing marker with no opening one is reasoning "
+                              "(also when the generation prompt opened it): without a "
+                              "closing marker the reply is content"),
+            "cut_off": _str("with implicit: what text without a closing marker is when the "
+                            "output was cut off (finish_reason length)", "cut_off: reasoning",
+                            allowed=["content", "reasoning"]),
         }},
     },
     "drop": _strlist("markers removed from text (stop tokens, wrappers)",

@@ -173,6 +173,9 @@ class HeaderDef:
         self.pattern = re.compile(pattern, re.S) if pattern else None
         self.optional = bool(spec.get("optional"))
         self.unescape = spec.get("unescape")
+        # markers that cannot stand in a header before its end marker: the open marker
+        # was followed by no header at all (`<function=name` and a new line, no `>`)
+        self.breaks = _as_list(spec.get("breaks"))
         chars = spec.get("chars")
         self.chars = re.compile(f"[{chars}]") if chars else None       # one allowed char
         self.foreign = re.compile(f"[^{chars}]") if chars else None    # any other char
@@ -184,6 +187,7 @@ class HeaderDef:
         got = self._with_exits.get(id(exits))
         if got is None or got[0] is not exits:
             table = MarkerTable([(m, ("end", a)) for m, a in self.ends.actions.items()] +
+                                [(m, ("break",)) for m in self.breaks] +
                                 [(m, ("exit",)) for m in exits.actions])
             got = self._with_exits[id(exits)] = (exits, table)
         return got[1]
@@ -204,6 +208,9 @@ class CallDef:
         self.payload = PayloadDef(payload, self.close, lenient)
         kept: list[str] = list(self.close)
         self.header = HeaderDef(spec["header"], kept) if spec.get("header") else None
+        # a call dropped for a broken header runs to its close marker or the next call
+        self.drop_until = MarkerTable([(m, "close") for m in self.close] +
+                                      [(m, "open") for m in self.open])
         # eligible for the whole-text fast path: open, one JSON value, close
         p = self.payload
         self.fast = (self.header is None and p.kind == "json" and bool(self.close)

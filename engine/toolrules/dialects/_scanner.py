@@ -637,6 +637,8 @@ class Machine:
             return self._step_params(run, final)
         if phase == "skip":
             return self._step_skip(run, final)
+        if phase == "drop":
+            return self._step_drop(run, final)
         return self._step_close(run, final)
 
     def _consume(self, run: _CallRun, end: int) -> str:
@@ -689,6 +691,10 @@ class Machine:
             what = table.actions[found.group()]
             if what[0] == "end":
                 m = found
+            elif what[0] == "break" and known <= limit:
+                run.header.append(self._consume(run, known))
+                run.phase = "drop"
+                return True
             else:
                 m = h.ends.match(buf, known, final)  # an end marker there too wins
                 if m is None and known <= limit:
@@ -975,6 +981,22 @@ class Machine:
             return False
         self._consume(run, m.end())
         self._passthrough(run, "call-malformed")
+        return True
+
+    def _step_drop(self, run: _CallRun, final: bool) -> bool:
+        """A call whose header broke off (header `breaks`): markup that is no call. It is
+        dropped through its close marker, or up to the next call's open marker."""
+        buf = self.buf
+        table = run.c.drop_until
+        m = table.search(buf, self.pos, final)
+        if m is None:
+            end = len(buf) if final else len(buf) - table.holdback(buf, self.pos)
+            self._consume(run, end)
+            return False
+        self._consume(run, m.end() if table.actions[m.group()] == "close" else m.start())
+        self.call = None
+        self.region = run.ret
+        self.sink.warn("call-header-unterminated-dropped")
         return True
 
     def _call_eof(self, finish_reason: str | None) -> None:

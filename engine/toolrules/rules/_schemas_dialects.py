@@ -131,6 +131,11 @@ _CALL = {
                 "pattern": _str("regex over the header; groups name, id, self_close",
                                 "pattern: '^\\s*(?P<name>[\\w.-]+)\\s*$'"),
                 "optional": _bool("no header when the payload starts at once"),
+                "breaks": _strlist("markers that cannot stand in a header before its end "
+                                   "marker: the call is not a call; it is dropped, with a "
+                                   "warning, through its close marker or up to the next "
+                                   "call (given back as text if neither comes)",
+                                   "breaks: ['\n', '<']"),
                 "unescape": _str("decode entities in captured values", "unescape: xml",
                                  allowed=["xml"]),
                 "chars": _str("regex class body: the characters a header may hold; any other "

@@ -148,13 +148,16 @@ class PayloadDef:
         self.param = ParamDef(spec["param"]) if spec.get("param") else None
         self.json = bool(spec.get("json"))  # params payloads: a JSON object may stand instead
         self.grammar = spec.get("grammar")
+        self.search = spec.get("search") == "offered"
         self.delimited = False
         if self.kind == "grammar":
             quotes = [tuple(q) for q in spec.get("strings") or (('"', '"', True), ("'", "'", True))]
             brackets = spec.get("brackets", "()[]{}")
             self.starts = spec.get("starts") or "[{("
             self.delimited = bool(spec.get("until_close"))
-            self.spec = BalancedSpec(quotes, brackets, stops)
+            # a value may be one quoted string ('get_time()'), where `starts` lets a quote
+            # begin it (or a header read into the payload began with one)
+            self.spec = BalancedSpec(quotes, brackets, stops, quoted_values=True)
         else:
             self.starts = spec.get("starts") or "{["
             self.spec = BalancedSpec(_JSON_QUOTES_LENIENT if lenient else _JSON_QUOTES,
@@ -172,6 +175,9 @@ class HeaderDef:
         pattern = spec.get("pattern")
         self.pattern = re.compile(pattern, re.S) if pattern else None
         self.optional = bool(spec.get("optional"))
+        # the header (from the open marker on) is also the payload's first text: a call
+        # list's first name is checked before the list is read
+        self.in_payload = bool(spec.get("in_payload"))
         self.unescape = spec.get("unescape")
         # markers that cannot stand in a header before its end marker: the open marker
         # was followed by no header at all (`<function=name` and a new line, no `>`)
@@ -204,6 +210,9 @@ class CallDef:
         self.regions = tuple(_as_list(regions)) if regions is not None else ("content",)
         self.close = tuple(_as_list(spec.get("close")))
         self.close_table = MarkerTable((m, "close") for m in self.close)
+        # a lenient shape: its calls count only when every one names an offered tool;
+        # anything else is its text, silently
+        self.offered = spec.get("names") == "offered"
         payload = spec.get("payload") or {"kind": "json"}
         self.payload = PayloadDef(payload, self.close, lenient)
         kept: list[str] = list(self.close)
@@ -268,7 +277,9 @@ class Dialect:
         self.default_prompt = data.get("default_prompt")
         self.strip = bool(data.get("strip", True))
         self.repairs = frozenset(data.get("repairs") or ())
-        self.dedupe = bool(data.get("dedupe"))
+        dedupe = data.get("dedupe")
+        self.dedupe = dedupe is True               # every identical call is reported once
+        self.repeats = dedupe == "repeats"         # a call list repeated as a whole is text
         self.decline = frozenset(data.get("decline") or ())
         self.grammars: set[str] = set()
         self.grammar_parsers: dict[str, Any] = {}
@@ -291,6 +302,9 @@ class Dialect:
             sections[s["name"]] = reg
             self.regions.append(reg)
         self.calls = [CallDef(c, i, lenient) for i, c in enumerate(data.get("calls") or [])]
+        if self.repeats:  # every call list is compared with the earlier ones
+            for c in self.calls:
+                c.fast = False
         for c in self.calls:
             if c.payload.grammar:
                 self.grammars.add(c.payload.grammar)
@@ -451,7 +465,8 @@ def check_rules(rs: Any, rep: Any, failed: set[tuple[str, str]]) -> None:
                           "`chars:` (the characters a header holds; the call begins with one)",
                           "dialect-call-open")
             _check_payload(rep, rf, base + ("payload",), payload, kind, grammars,
-                           named=bool(c.get("header")), closed=bool(c.get("close")))
+                           named=bool(header) and not header.get("in_payload"),
+                           closed=bool(c.get("close")))
         msg = data.get("messages") or {}
         for j, route in enumerate(msg.get("routes") or []):
             base = ("messages", "routes", j)
@@ -472,6 +487,9 @@ def _check_payload(rep: Any, rf: Any, base: tuple[Any, ...], payload: dict[str, 
 
     if payload.get("head"):
         check_regex(rep, rf, base + ("head",), payload["head"])
+    if payload.get("search") and kind != "grammar":
+        rep.error(rf, base + ("search",), "`search` reads call lists inside a block of code: "
+                  "it needs a grammar payload", "dialect-payload")
     if payload.get("rest") == "text" and closed:
         rep.error(rf, base + ("rest",), "`rest: text` is for calls without a close marker "
                   "(inside markers, text after the values makes the call malformed)",

@@ -8,6 +8,8 @@ new grammar needs no code:
     object  -> dict (of pair)           pair  -> key : value        array/list/tuple -> list
     string  -> quoted text, escapes read   rawstring -> text between its delimiters as is
     number  -> int or float             true / false / null
+    source  -> the source text of a bare name or expression (my_data, data['x']), as written:
+               never evaluated
     name / key -> text (stripped)
 
 `%import common.X` works as usual; grammars/common.lark holds shared terminals.
@@ -107,6 +109,8 @@ def tree_to_value(node: Any, depth: int = 0) -> Any:
         return _unquote(str(kids[0]))
     if kind == "rawstring":
         return _raw(str(kids[0]))
+    if kind == "source":
+        return str(kids[0])
     if kind == "number":
         return _number(str(kids[0]))
     if kind == "true":
@@ -166,7 +170,8 @@ _VOCABULARY: dict[str, Any] = {
     "start": _first, "value": _first, "calls": _same, "call": _call, "kwarg": _kwarg,
     "pair": _pair, "object": dict, "dict": dict, "array": _same, "list": _same,
     "tuple": _same, "string": lambda kids: _unquote(kids[0]),
-    "rawstring": lambda kids: _raw(kids[0]), "number": lambda kids: _number(kids[0]),
+    "rawstring": lambda kids: _raw(kids[0]), "source": lambda kids: str(kids[0]),
+    "number": lambda kids: _number(kids[0]),
     "true": lambda kids: True, "false": lambda kids: False, "null": lambda kids: None,
     "name": _name, "key": _name,
 }

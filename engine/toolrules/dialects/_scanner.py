@@ -22,7 +22,8 @@ from typing import Any, cast
 from .._errors import ParseError
 from .._types import StreamChunk, StreamChunkType, ToolCall
 from ._compile import CallDef, Dialect, MarkerTable, ParamDef, Region
-from ._jsonscan import Balanced, NestingTooDeep, RepairFailed, loads, repair_json, too_deep
+from ._jsonscan import (MAX_DEPTH, Balanced, NestingTooDeep, RepairFailed, list_spans, loads,
+                        mend_call_list, repair_json, too_deep)
 from ._values import read_value
 
 __all__ = ["Machine", "Sink", "next_call_id"]
@@ -223,6 +224,7 @@ class _CallRun:
         "item_end",
         "key",
         "key_type",
+        "lenient",
         "mark",
         "name",
         "newline",
@@ -274,6 +276,7 @@ class _CallRun:
         self.start_index = -1  # anchored: which of the region's start shapes this is
         self.newline = False   # a newline was skipped after the last value
         self.deep = False      # malformed because a value nested past MAX_DEPTH
+        self.lenient = False   # read by a repair at the end: its calls must be offered tools
         self.hlen = 0          # characters in `header`
         if c.header is not None:
             self.phase = "header"
@@ -289,7 +292,7 @@ class Machine:
     """Runs one dialect over one output (and, first, over the generation prompt)."""
 
     __slots__ = ("_pending_call", "allowed", "buf", "call", "chars", "d", "dropped", "final",
-                 "header", "header_msg", "lead", "pos", "region", "sink", "start_ok",
+                 "header", "header_msg", "lead", "lists", "pos", "region", "sink", "start_ok",
                  "start_skip", "steps", "tools", "undecided")
 
     def __init__(self, dialect: Dialect, sink: Sink, repairs: frozenset[str],
@@ -313,6 +316,7 @@ class Machine:
         self.chars = 0         # characters given to the machine (the step budget)
         self.steps = 0         # progressing steps taken
         self.dropped = 0       # characters read and dropped from the front of `buf`
+        self.lists: set[str] = set()  # dedupe repeats: the call lists read so far
 
     # ------------------------------------------------------------ driving
 
@@ -730,6 +734,8 @@ class Machine:
                 self._malformed(run, "call-header-not-recognized")
                 return True
             groups = hm.groupdict()
+            if h.in_payload:
+                return self._header_as_payload(run, groups.get("name"))
             name = groups.get("name")
             run.name = _unescape(name.strip(), h.unescape) if name else None
             if groups.get("id"):
@@ -749,6 +755,32 @@ class Machine:
         if run.c.payload.kind == "none":
             run.values = [{}]
         return True
+
+    def _header_as_payload(self, run: _CallRun, name: str | None) -> bool:
+        """Header `in_payload`: what was read since the call began (its open marker
+        included) starts the payload; the header only checked it (and its first name)."""
+        if run.c.offered and name is not None and not self._offered(name):
+            self._passthrough(run, "tool-not-offered")
+            return True
+        p = run.c.payload
+        text = "".join(run.raw)
+        bal = Balanced(p.spec, bracketed=not p.delimited)
+        new, status = bal.scan(text, 0, False)
+        if status != "more" or new != len(text):
+            self._malformed(run, "payload-not-recognized")
+            return True
+        run.bal = bal
+        run.started = True
+        run.payload = [text]
+        run.plen = len(text)
+        run.item_end = -1
+        run.phase = "payload"
+        return True
+
+    def _offered(self, name: str) -> bool:
+        if name in self.tools:
+            return True
+        return "markdown-escapes" in self.allowed and name.replace("\\_", "_") in self.tools
 
     # -------------------------------------------------- json / grammar payloads
 
@@ -980,6 +1012,8 @@ class Machine:
             self._consume(run, end)
             return False
         self._consume(run, m.end())
+        if run.c.payload.search and self._search_lists(run):
+            return True
         self._passthrough(run, "call-malformed")
         return True
 
@@ -1004,6 +1038,8 @@ class Machine:
         assert run is not None
         if run.phase in ("after", "close") and run.values:
             self._finish_call(run)
+            return
+        if finish_reason != "length" and self._mend(run):
             return
         if self._rewind(run):  # the unfinished tail is text, not a cut-off call
             return
@@ -1035,6 +1071,80 @@ class Machine:
             self.sink.warn("truncated-call-dropped")
             return
         self._passthrough(run, "incomplete-call")
+
+    def _mend(self, run: _CallRun) -> bool:
+        """Repairs `missing-final-bracket` / `unbalanced-quotes`: a Python call list the
+        model finished without its closing bracket, or with a quote around a call never
+        closed, read at the end of the output (never when it was cut off) - only when every
+        call in it names an offered tool."""
+        p = run.c.payload
+        brackets = "missing-final-bracket" in self.allowed
+        quotes = "unbalanced-quotes" in self.allowed
+        if run.phase != "payload" or p.kind != "grammar" or not (brackets or quotes) \
+                or run.bal is None or not run.bal.started:
+            return False
+        text = "".join(run.payload)
+        got = mend_call_list(text, brackets, quotes)
+        if got is None:
+            return False
+        mended, end, used = got
+        if too_deep(mended):
+            return False
+        from ._grammars import parse_payload
+
+        try:
+            value = parse_payload(self.d, cast(str, p.grammar), mended)
+        except ValueError:  # NestingTooDeep included
+            return False
+        if end < len(text):
+            self._unconsume(run, text[end:])  # what follows the list is read again: text
+        run.payload = []
+        run.plen = 0
+        run.bal = None
+        run.started = False
+        run.values.append(value)
+        run.repairs.extend(used)
+        run.lenient = True
+        self._finish_call(run)
+        return True
+
+    def _search_lists(self, run: _CallRun) -> bool:
+        """Payload `search: offered`: a block of code that is no call list may hold one
+        (`return [calc(radius=5)]`): call lists inside it whose calls all name offered
+        tools are its calls; the rest of the block was the model's wrapping code."""
+        text = "".join(run.raw)
+        spans: dict[int, int] | None = None
+        values: list[Any] = []
+        after = tries = 0
+        from ._grammars import parse_payload
+
+        for m in _LIST_START.finditer(text):
+            i = m.start()
+            if i < after or not self._offered(m.group(1)):
+                continue
+            if spans is None:
+                spans = list_spans(text)
+            j = spans.get(i)
+            tries += 1
+            if j is None or tries > 64:
+                continue
+            segment = text[i:j]
+            if too_deep(segment):
+                continue
+            try:
+                value = parse_payload(self.d, cast(str, run.c.payload.grammar), segment)
+            except ValueError:
+                continue
+            if isinstance(value, list) and value:
+                values.append(value)
+                after = j
+        if not values:
+            return False
+        run.values = values
+        run.repairs = []  # (the block's own failure to read as calls is no repair)
+        run.lenient = True
+        self._finish_call(run)
+        return True
 
     def _next_start(self, run: _CallRun) -> bool:
         """A call at the start of the content that does not fit gives way to the next start
@@ -1086,7 +1196,8 @@ class Machine:
             self.start_ok = False
         if run.deep or why == _TOO_DEEP:  # said even at the start: it is hostile, not prose
             self.sink.warn(f"{_TOO_DEEP}-kept-as-text")
-        elif not run.anchored and kind == "content":  # in reasoning: a mention, nothing lost
+        elif not run.anchored and kind == "content" and not run.c.offered:
+            # (in reasoning: a mention, nothing lost; a lenient shape: ordinary text)
             self.sink.warn(f"{why}-kept-as-text")
 
     # -------------------------------------------------- tagged parameters
@@ -1273,6 +1384,16 @@ class Machine:
         if calls is None:
             self._passthrough(run, "payload-not-a-call")
             return
+        if (run.c.offered or run.lenient) and not all(self._offered(c[0]) for c in calls):
+            self._passthrough(run, "tool-not-offered")  # a lenient reading names known tools
+            return
+        if self.d.repeats:
+            key = json.dumps([(c[0], c[1]) for c in calls], sort_keys=True, ensure_ascii=False)
+            if key in self.lists:  # the model restating calls it already made
+                self._passthrough(run, "repeated-calls")
+                self.sink.warn("repeated-calls-kept-as-text")
+                return
+            self.lists.add(key)
         raw = "".join(run.raw)
         for name, args, call_id, repairs in calls:
             self.sink.call(name, args, call_id, raw, repairs)
@@ -1315,13 +1436,17 @@ class Machine:
         (Markdown escaping) reads `solve_quadratic`."""
         if "markdown-escapes" not in self.allowed:
             return calls
+        # The output escapes `_` in names (it was rendered as Markdown): then its string
+        # values were escaped the same way, and read unescaped too.
+        escaped = any("\\_" in c[0] or any("\\_" in k for k in c[1]) for c in calls)
+        if not escaped:
+            return calls
         out = []
         for name, args, call_id, repairs in calls:
-            if "\\_" in name or any("\\_" in k for k in args):
-                name = name.replace("\\_", "_")
-                args = {k.replace("\\_", "_"): v for k, v in args.items()}
-                if "markdown-escapes" not in repairs:
-                    repairs.append("markdown-escapes")
+            name = name.replace("\\_", "_")
+            args = {k.replace("\\_", "_"): _md_values(v) for k, v in args.items()}
+            if "markdown-escapes" not in repairs:
+                repairs.append("markdown-escapes")
             out.append((name, args, call_id, repairs))
         return out
 
@@ -1415,6 +1540,21 @@ class Machine:
 
 
 _MISSING = object()
+# a call list inside a block of code: [name( or ['name(
+_LIST_START = re.compile(r"""\[\s*['"]?((?:[A-Za-z_]|\\_)(?:[\w.\-]|\\_)*)\s*\(""")
+
+
+def _md_values(value: Any, depth: int = 0) -> Any:
+    """String values with Markdown's `\\_` read as `_` (nested values too)."""
+    if isinstance(value, str):
+        return value.replace("\\_", "_") if "\\_" in value else value
+    if depth > 2 * MAX_DEPTH:
+        return value
+    if isinstance(value, list):
+        return [_md_values(v, depth + 1) for v in value]
+    if isinstance(value, dict):
+        return {k: _md_values(v, depth + 1) for k, v in value.items()}
+    return value
 _WRAPPER_KEYS = ("arguments", "input")
 
 

@@ -121,7 +121,8 @@ class WholePlan:
               repairs: frozenset[str], ids: str, decline: frozenset[str],
               heuristics: Any) -> WholePlan | None:
         region, header, _msg, call = start_state
-        if header is not None or call is not None or heuristics or d.dedupe or decline:
+        if header is not None or call is not None or heuristics or d.dedupe or d.repeats \
+                or decline:
             return None
         if d.messages is not None or d.undecided is not None or d.content.start_calls:
             return None

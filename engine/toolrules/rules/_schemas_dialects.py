@@ -11,7 +11,7 @@ __all__ = ["KIND_SCHEMAS", "REPAIRS"]
 REPAIRS = ("trailing-commas", "single-quotes", "unquoted-keys", "python-literals",
            "missing-final-brace", "function-key", "args-key", "parameters-key",
            "double-wrapped-arguments", "arguments-json-string", "markdown-escapes",
-           "arguments-parameter")
+           "arguments-parameter", "missing-final-bracket", "unbalanced-quotes")
 
 _MARKERS = {"type": ["string", "list"], "schema": {"type": "string", "empty": False},
             "empty": False}
@@ -101,6 +101,9 @@ _PAYLOAD = {
         "brackets": _str("bracket characters that nest", "brackets: '()[]{}'"),
         "starts": _str("characters a payload may start with", "starts: '['"),
         "until_close": _bool("a grammar payload runs to the call's close marker (not bracketed)"),
+        "search": _str("offered: when the payload does not read as calls (a block of code), "
+                       "call lists inside it whose calls all name offered tools are read",
+                       "search: offered", allowed=["offered"]),
     },
 }
 
@@ -112,6 +115,9 @@ _CALL = {
                             "start of the content", "open: '<tool_call>'"), "nullable": True},
         "at": _str("where a call without an open marker may begin", "at: start",
                    allowed=["start", "anywhere"]),
+        "names": _str("offered: a lenient shape whose calls count only when every one names "
+                      "an offered tool; otherwise its text stays text, silently",
+                      "names: offered", allowed=["offered"]),
         "in": _str_or_list("regions where the open marker is active: content and/or section "
                            "names", "in: [calls]"),
         "close": {**_markers("marker(s) that end a call", "close: '</tool_call>'"),
@@ -131,6 +137,9 @@ _CALL = {
                 "pattern": _str("regex over the header; groups name, id, self_close",
                                 "pattern: '^\\s*(?P<name>[\\w.-]+)\\s*$'"),
                 "optional": _bool("no header when the payload starts at once"),
+                "in_payload": _bool("the header, from the open marker on, is also the start "
+                                    "of the payload (a call list's first name, checked "
+                                    "before the list is read); its name is not the tool's"),
                 "breaks": _strlist("markers that cannot stand in a header before its end "
                                    "marker: the call is not a call; it is dropped, with a "
                                    "warning, through its close marker or up to the next "
@@ -213,7 +222,10 @@ DIALECT_SCHEMA: dict[str, Any] = {
     },
     "repairs": {"type": "list", "schema": {"type": "string", "allowed": list(REPAIRS)},
                 **_doc("repairs allowed for this format", "repairs: [trailing-commas]")},
-    "dedupe": _bool("drop a call identical to an earlier one"),
+    "dedupe": {"type": ["boolean", "string"], "allowed": [True, False, "repeats"],
+               **_doc("true: drop a call identical to an earlier one; repeats: a call list "
+                      "that repeats an earlier one call for call is text (a model restating "
+                      "its calls), not more calls", "dedupe: repeats")},
     "decline": _strlist("tool names that mean \"no call\" (a decline idiom): such a call "
                         "is dropped with a warning unless a tool of that name is offered",
                         "decline: [no_function]"),

@@ -455,7 +455,9 @@ def check_rules(rs: Any, rep: Any, failed: set[tuple[str, str]]) -> None:
                               f"{', '.join(sorted(n for n in section_names if n)) or 'none'})",
                               "dialect-section")
             header = c.get("header") or {}
-            if header.get("pattern"):
+            if header.get("pattern") and header.get("in_payload"):
+                check_regex(rep, rf, base + ("header", "pattern"), header["pattern"])
+            elif header.get("pattern"):
                 _check_group(rep, rf, base + ("header", "pattern"), header["pattern"], "name",
                              "the header pattern")
             if isinstance(header.get("chars"), str):

@@ -463,7 +463,17 @@ class Machine:
                 self.pos = pos = i
             if i >= n and not final:
                 return False
+            marker = None
             if i < n:
+                # A marker of the region at the start ([TOOL_CALLS], <think>) is read
+                # first, and the start stays open through it: a bare call may follow the
+                # reasoning. (A lenient shape's open marker gives way to the start shapes.)
+                marker = r.exits.match(buf, i, final)
+                if marker is None and not final and r.exits.is_prefix_at(buf, i):
+                    return False
+                if marker is not None and _yields(r.exits.actions[marker.group()]):
+                    marker = None
+            if i < n and marker is None:
                 for k in range(self.start_skip, len(r.start_calls)):
                     c = r.start_calls[k]
                     if c.starts_with(buf[i]):
@@ -475,7 +485,8 @@ class Machine:
                         run.raw.extend(self.lead)
                         self.lead = []
                         return True
-            self.start_ok = False
+            if marker is None:
+                self.start_ok = False
             if self.lead:
                 lead, self.lead = "".join(self.lead), []
                 self._emit(r, lead)
@@ -1581,6 +1592,11 @@ def _properties(params: Any) -> dict[str, Any]:
         if isinstance(props, dict):
             return props
     return {}
+
+
+def _yields(action: tuple[Any, ...]) -> bool:
+    """Whether a marker gives way to the start shapes: a lenient call's open marker."""
+    return action[0] == "call" and action[1].offered
 
 
 def _phase(run: _CallRun) -> Any:

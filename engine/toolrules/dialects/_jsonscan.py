@@ -16,6 +16,7 @@ C JSON decoder, the repair tokenizer, a grammar) could recurse into it.
 from __future__ import annotations
 
 import json
+import json.scanner
 import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -84,6 +85,14 @@ class BalancedSpec:
         self.maxlen = max((len(t) for t in tokens), default=1)
         self.quote_open = {q.open: i for i, q in enumerate(self.quotes)}
         self.firsts = first_chars(self.prefixes)
+        # per state (-1: outside strings, else inside that quote) the characters a scan
+        # must look at; a delta with none of them only extends the value
+        outside = {b for b in brackets} | {t[0] for t in tokens}
+        self.notable: dict[int, re.Pattern[str]] = {
+            -1: re.compile("[" + "".join(map(re.escape, sorted(outside))) + "]")}
+        for i, q in enumerate(self.quotes):
+            chars = {q.close[0]} | ({"\\"} if q.escapes else set())
+            self.notable[i] = re.compile("[" + "".join(map(re.escape, sorted(chars))) + "]")
 
     def holdback(self, buf: str, start: int) -> int:
         return holdback(buf, start, self.prefixes, self.firsts, self.maxlen)
@@ -297,6 +306,40 @@ def _no_constant(name: str) -> object:
     raise ValueError(f"{name} is not JSON")
 
 
+_NOT_JSON = object()
+_STRICT_SCAN = json.scanner.make_scanner(  # type: ignore[attr-defined]
+    json.JSONDecoder(parse_constant=_no_constant))
+_TRAILING_COMMAS = 4  # each one found costs a copy of the text: a few, then the tokenizer
+
+
+def _without_trailing_commas(text: str) -> Any:
+    """The value of `text` once a few trailing commas (`[1, 2,]`) are taken out, where the
+    JSON scanner stops at them; _NOT_JSON if anything else is wrong (the tokenizer then
+    decides, with the same result for text that only needed this)."""
+    work = text
+    start = len(text) - len(text.lstrip())
+    for _ in range(_TRAILING_COMMAS + 1):
+        try:
+            value, stop = _STRICT_SCAN(work, start)
+        except StopIteration as exc:
+            at = exc.value
+        except json.JSONDecodeError as exc:
+            at = exc.pos
+        except (ValueError, RecursionError):
+            return _NOT_JSON
+        else:
+            return value if not work[stop:].strip() else _NOT_JSON
+        if not isinstance(at, int) or at >= len(work) or work[at] not in "]}":
+            return _NOT_JSON
+        j = at - 1
+        while j > start and work[j] in " \t\r\n":
+            j -= 1
+        if work[j] != ",":
+            return _NOT_JSON
+        work = work[:j] + work[j + 1:]
+    return _NOT_JSON
+
+
 def repair_json(text: str, allowed: frozenset[str] | set[str],
                 at_end_marker: bool = False) -> tuple[object, tuple[str, ...]]:
     """Parse `text` as JSON, applying only `allowed` repairs; return (value, repairs used).
@@ -311,6 +354,10 @@ def repair_json(text: str, allowed: frozenset[str] | set[str],
         return loads_strict(text), ()
     except ValueError:
         pass
+    if "trailing-commas" in allowed:  # the common repair, found by the C scanner
+        value = _without_trailing_commas(text)
+        if value is not _NOT_JSON:
+            return value, ("trailing-commas",)
     used: list[str] = []
     out: list[str] = []
     stack: list[str] = []

@@ -548,9 +548,15 @@ class Machine:
             start = m.start()
             if start > pos:
                 self._emit(r, buf[pos:start])
-            self.pos = m.end()
             marker = m.group()
-            self._act(r, exits.actions[marker], marker)
+            action = exits.actions[marker]
+            if not final and m.end() == n and _yields(action):
+                # a lenient shape's open marker ends the text so far: held until the next
+                # character shows whether a header may follow ("[1]" never starts a call)
+                self.pos = start
+                return False
+            self.pos = m.end()
+            self._act(r, action, marker)
             return True
         end = n if final else n - r.exits.holdback(buf, pos)
         if end > pos:
@@ -574,6 +580,14 @@ class Machine:
         elif kind == "call":
             c = action[1]
             tentative = r.tentative
+            h = c.header
+            if c.offered and h is not None and h.foreign is not None and not tentative \
+                    and self.pos < len(self.buf) and h.foreign.match(self.buf, self.pos) \
+                    and self.buf[self.pos] not in _WS:
+                # a lenient shape whose header cannot begin here ("[1]", "[[", "{x"): its
+                # marker is text, as the header step would find, without a call run
+                self._emit(r, marker)
+                return
             if tentative:
                 self.sink.defer()
             elif self.final and c.fast and self._fast_call(c, r, marker):

@@ -27,7 +27,7 @@ import hashlib
 import json
 import json.scanner
 import re
-from typing import Any
+from typing import Any, cast
 
 from ._jsonscan import MAX_DEPTH, NestingTooDeep, unescape
 
@@ -294,13 +294,13 @@ class _Reader:
         mends = [_JSON_MENDS]
         while True:
             if json_values and pos < n and st.jgoto is not None and text[pos] in "[{":
-                value, stop = _json_value(text, pos, mends)
+                decoded, stop = _json_value(text, pos, mends)
                 if stop > 0 and text.find("\\u", pos, stop) < 0:
-                    target = st.jgoto.get(type(value))
+                    target = st.jgoto.get(type(decoded))
                     if target is not None:
                         st = target
                         stack.append(st)
-                        values.append(value)
+                        values.append(decoded)
                         pos = stop
                         continue
             if pos < n:
@@ -362,8 +362,7 @@ def _no_constant(name: str) -> Any:
 
 
 # the C scanner under JSONDecoder.raw_decode (NaN and Infinity refused: not JSON)
-_JSON_SCAN = json.scanner.make_scanner(  # type: ignore[attr-defined]
-    json.JSONDecoder(parse_constant=_no_constant))
+_JSON_SCAN = cast(Any, json.scanner).make_scanner(json.JSONDecoder(parse_constant=_no_constant))
 
 
 # trailing commas a parse may take out to let the JSON scanner read a list or dict (each

@@ -20,7 +20,7 @@ import json.scanner
 import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 __all__ = ["MAX_DEPTH", "Balanced", "BalancedSpec", "NestingTooDeep", "RepairFailed",
            "first_chars", "holdback", "list_spans", "loads", "loads_strict", "mend_call_list",
@@ -307,8 +307,7 @@ def _no_constant(name: str) -> object:
 
 
 _NOT_JSON = object()
-_STRICT_SCAN = json.scanner.make_scanner(  # type: ignore[attr-defined]
-    json.JSONDecoder(parse_constant=_no_constant))
+_STRICT_SCAN = cast(Any, json.scanner).make_scanner(json.JSONDecoder(parse_constant=_no_constant))
 _TRAILING_COMMAS = 4  # each one found costs a copy of the text: a few, then the tokenizer
 
 

@@ -22,8 +22,17 @@ from typing import Any, cast
 from .._errors import ParseError
 from .._types import StreamChunk, StreamChunkType, ToolCall
 from ._compile import CallDef, Dialect, MarkerTable, ParamDef, Region
-from ._jsonscan import (MAX_DEPTH, Balanced, NestingTooDeep, RepairFailed, list_spans, loads,
-                        mend_call_list, repair_json, too_deep)
+from ._jsonscan import (
+    MAX_DEPTH,
+    Balanced,
+    NestingTooDeep,
+    RepairFailed,
+    list_spans,
+    loads,
+    mend_call_list,
+    repair_json,
+    too_deep,
+)
 from ._values import read_value
 
 __all__ = ["Machine", "Sink", "next_call_id"]
@@ -510,17 +519,17 @@ class Machine:
                 self.pos = pos = i
             if i >= n and not final:
                 return False
-            marker = None
+            at_marker = None
             if i < n:
                 # A marker of the region at the start ([TOOL_CALLS], <think>) is read
                 # first, and the start stays open through it: a bare call may follow the
                 # reasoning. (A lenient shape's open marker gives way to the start shapes.)
-                marker = r.exits.match(buf, i, final)
-                if marker is None and not final and r.exits.is_prefix_at(buf, i):
+                at_marker = r.exits.match(buf, i, final)
+                if at_marker is None and not final and r.exits.is_prefix_at(buf, i):
                     return False
-                if marker is not None and _yields(r.exits.actions[marker.group()]):
-                    marker = None
-            if i < n and marker is None:
+                if at_marker is not None and _yields(r.exits.actions[at_marker.group()]):
+                    at_marker = None
+            if i < n and at_marker is None:
                 for k in range(self.start_skip, len(r.start_calls)):
                     c = r.start_calls[k]
                     if c.starts_with(buf[i]):
@@ -532,7 +541,7 @@ class Machine:
                         run.raw.extend(self.lead)
                         self.lead = []
                         return True
-            if marker is None:
+            if at_marker is None:
                 self.start_ok = False
             if self.lead:
                 lead, self.lead = "".join(self.lead), []

@@ -152,7 +152,8 @@ class PayloadDef:
         self.search = spec.get("search") == "offered"
         # grammar payloads whose lists and dicts read JSON as JSON does: such values are
         # read by the C JSON scanner (the same values, at a fraction of the cost)
-        self.json_values = bool(spec.get("json_values"))
+        jv = spec.get("json_values")
+        self.json_values: bool | str = jv if jv == "lists" else bool(jv)
         self.delimited = False
         if self.kind == "grammar":
             quotes = [tuple(q) for q in spec.get("strings") or (('"', '"', True), ("'", "'", True))]

@@ -279,11 +279,11 @@ class _Reader:
         self.start = states[table.start_states["start"]]
         self.end = states[table.end_states["start"]]
 
-    def parse(self, text: str, json_values: bool = False) -> Any:
+    def parse(self, text: str, json_values: bool | str = False) -> Any:
         """The value of `text`. `json_values`: a list or dict written as plain JSON, where
         the grammar expects a value, is read at once by the C JSON scanner (the grammar
         must read JSON lists and dicts as JSON does; strings with \\u escapes and NaN
-        are left to the grammar)."""
+        are left to the grammar); "lists": only lists of numbers, booleans and nulls."""
         from lark import Token
 
         end = self.end
@@ -295,7 +295,8 @@ class _Reader:
         while True:
             if json_values and pos < n and st.jgoto is not None and text[pos] in "[{":
                 decoded, stop = _json_value(text, pos, mends)
-                if stop > 0 and text.find("\\u", pos, stop) < 0:
+                if stop > 0 and text.find("\\u", pos, stop) < 0 and (
+                        json_values is True or _plain(decoded, 0)):
                     target = st.jgoto.get(type(decoded))
                     if target is not None:
                         st = target
@@ -370,6 +371,20 @@ _JSON_SCAN = cast(Any, json.scanner).make_scanner(json.JSONDecoder(parse_constan
 _JSON_MENDS = 4
 
 
+def _plain(value: Any, depth: int) -> bool:
+    """json_values "lists": a list of numbers, booleans, nulls and such lists only (what
+    a grammar with its own string and object syntax still writes as JSON does)."""
+    if type(value) is not list or depth > MAX_DEPTH:
+        return False
+    for v in value:
+        if type(v) is list:
+            if not _plain(v, depth + 1):
+                return False
+        elif not (v is None or type(v) in (int, float, bool)):
+            return False
+    return True
+
+
 def _json_value(text: str, pos: int, mends: list[int]) -> tuple[Any, int]:
     """(value, end) of the JSON list or dict at `pos`, or (None, -1). A trailing comma,
     which the grammars allow and JSON does not, is taken out (at most `mends[0]` in all)."""
@@ -397,7 +412,7 @@ def _json_value(text: str, pos: int, mends: list[int]) -> tuple[Any, int]:
         removed += 1
 
 
-def parse_payload(dialect: Any, grammar: str, text: str, json_values: bool = False) -> Any:
+def parse_payload(dialect: Any, grammar: str, text: str, json_values: bool | str = False) -> Any:
     """Parse `text` with the dialect's grammar; ValueError when it does not fit.
     `json_values`: see _Reader.parse (the payload's `json_values` option)."""
     from lark.exceptions import LarkError

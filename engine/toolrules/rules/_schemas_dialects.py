@@ -101,9 +101,12 @@ _PAYLOAD = {
         "brackets": _str("bracket characters that nest", "brackets: '()[]{}'"),
         "starts": _str("characters a payload may start with", "starts: '['"),
         "until_close": _bool("a grammar payload runs to the call's close marker (not bracketed)"),
-        "json_values": _bool("a grammar whose lists and dicts read JSON as JSON does: values "
-                             "written as plain JSON are read by the JSON decoder (the same "
-                             "values, much faster)"),
+        "json_values": {"type": ["boolean", "string"], "allowed": [True, False, "lists"],
+                        **_doc("true: the grammar reads JSON lists and dicts as JSON does, "
+                               "so values written as plain JSON are read by the JSON decoder "
+                               "(the same values, much faster); lists: only lists of "
+                               "numbers, booleans and nulls (a grammar with its own string "
+                               "and object syntax)", "json_values: true")},
         "search": _str("offered: when the payload does not read as calls (a block of code), "
                        "call lists inside it whose calls all name offered tools are read",
                        "search: offered", allowed=["offered"]),

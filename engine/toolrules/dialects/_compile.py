@@ -20,7 +20,7 @@ from typing import Any
 
 from ._jsonscan import BalancedSpec, first_chars, holdback
 
-__all__ = ["CallDef", "Dialect", "HeaderDef", "MarkerTable", "ParamDef", "PayloadDef",
+__all__ = ["CallDef", "Dialect", "HeaderDef", "HeaderLane", "MarkerTable", "ParamDef", "PayloadDef",
            "Region", "RouteDef", "check_rules", "compile_dialect"]
 
 _JSON_QUOTES = (('"', '"', True),)
@@ -169,6 +169,21 @@ class PayloadDef:
                                      "{}[]", stops)
 
 
+class HeaderLane:
+    """For the scanner: the characters a header's step must look at: any its header may not hold, and any
+    that may begin its end marker or a marker of the region around it."""
+
+    __slots__ = ("notable",)
+
+    def __init__(self, h: Any, exits: MarkerTable):
+        table = h.ends_or_exits(exits)
+        firsts = sorted({m[0] for m in table.actions})
+        parts = ["[" + "".join(map(re.escape, firsts)) + "]"] if firsts else []
+        if h.foreign is not None:
+            parts.append(h.foreign.pattern)
+        self.notable = re.compile("|".join(parts) or "(?!)")
+
+
 class HeaderDef:
     def __init__(self, spec: dict[str, Any], kept: Sequence[str]):
         until = _as_list(spec.get("until"))
@@ -191,6 +206,14 @@ class HeaderDef:
         self.chars = re.compile(f"[{chars}]") if chars else None       # one allowed char
         self.foreign = re.compile(f"[^{chars}]") if chars else None    # any other char
         self._with_exits: dict[int, tuple[MarkerTable, MarkerTable]] = {}
+        self._lanes: dict[int, tuple[MarkerTable, Any]] = {}
+
+    def lane(self, exits: MarkerTable) -> Any:
+        """The scanner's header lane for this header in a region with `exits` (cached)."""
+        got = self._lanes.get(id(exits))
+        if got is None or got[0] is not exits:
+            got = self._lanes[id(exits)] = (exits, HeaderLane(self, exits))
+        return got[1]
 
     def ends_or_exits(self, exits: MarkerTable) -> MarkerTable:
         """The header's end markers ("end", action) and the markers that leave the region

@@ -21,7 +21,7 @@ from typing import Any, cast
 
 from .._errors import ParseError
 from .._types import StreamChunk, StreamChunkType, ToolCall
-from ._compile import CallDef, Dialect, MarkerTable, ParamDef, Region
+from ._compile import CallDef, Dialect, HeaderLane, MarkerTable, ParamDef, Region
 from ._jsonscan import (
     MAX_DEPTH,
     Balanced,
@@ -382,7 +382,15 @@ class Machine:
         if lane is not None and not self.buf:
             run, check = lane
             n = len(delta)
-            if run is None:
+            if type(check) is HeaderLane:
+                if check.notable.search(delta) is None and run.hlen + n <= _MAX_HEADER:
+                    self.chars += n
+                    self.dropped += n
+                    run.header.append(delta)
+                    run.raw.append(delta)
+                    run.hlen += n
+                    return
+            elif run is None:
                 if check is None or check.search(delta) is None:
                     self.chars += n
                     self.dropped += n
@@ -420,6 +428,9 @@ class Machine:
         bal = run.bal
         if run.phase == "payload" and run.started and bal is not None and bal.started:
             return (run, bal.spec.notable)
+        h = run.c.header
+        if run.phase == "header" and run.header and h is not None:
+            return (run, h.lane(run.ret.exits))
         return None
 
     def close(self, finish_reason: str | None) -> None:
@@ -448,7 +459,9 @@ class Machine:
             pos, size, call, region, header = (self.pos, len(self.buf), self.call,
                                                self.region, self.header)
             if call is not None:
-                phase = _phase(call)
+                phase = call.phase
+                if phase == "params":
+                    phase = _phase(call)
                 progressed = self._step_call(final)
             elif header is not None:
                 phase = None
@@ -553,6 +566,9 @@ class Machine:
             m = exits.regex.search(buf, pos) if exits.regex is not None else None
         else:
             m = exits.search(buf, pos, final)
+        while m is not None and m.end() < n and _no_header(exits.actions[m.group()], buf,
+                                                           m.end(), r):
+            m = exits.search(buf, m.end(), final)  # a lenient marker no call follows: text
         if m is not None:
             start = m.start()
             if start > pos:
@@ -589,10 +605,7 @@ class Machine:
         elif kind == "call":
             c = action[1]
             tentative = r.tentative
-            h = c.header
-            if c.offered and h is not None and h.foreign is not None and not tentative \
-                    and self.pos < len(self.buf) and h.foreign.match(self.buf, self.pos) \
-                    and self.buf[self.pos] not in _WS:
+            if self.pos < len(self.buf) and _no_header(action, self.buf, self.pos, r):
                 # a lenient shape whose header cannot begin here ("[1]", "[[", "{x"): its
                 # marker is text, as the header step would find, without a call run
                 self._emit(r, marker)
@@ -1664,6 +1677,16 @@ def _properties(params: Any) -> dict[str, Any]:
         if isinstance(props, dict):
             return props
     return {}
+
+
+def _no_header(action: tuple[Any, ...], buf: str, i: int, r: Region) -> bool:
+    """Whether the marker before `buf[i]` opens a lenient call shape whose header cannot
+    begin with that character: then the marker is text (what the header step finds)."""
+    if action[0] != "call" or not action[1].offered or r.tentative:
+        return False
+    h = action[1].header
+    return h is not None and h.foreign is not None and buf[i] not in _WS \
+        and h.foreign.match(buf, i) is not None
 
 
 def _yields(action: tuple[Any, ...]) -> bool:

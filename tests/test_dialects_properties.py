@@ -360,9 +360,9 @@ def test_grammar_driver_reads_golden_payloads_like_lark(engine, monkeypatch):
     seen = []
     original = _grammars.parse_payload
 
-    def spy(dialect, grammar, text):
+    def spy(dialect, grammar, text, json_values=False):
         seen.append((dialect.grammar_parsers[grammar], text))
-        return original(dialect, grammar, text)
+        return original(dialect, grammar, text, json_values)
 
     monkeypatch.setattr(_grammars, "parse_payload", spy)
     for dialect, data, case in (p.values for p in _cases()):

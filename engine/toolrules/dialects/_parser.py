@@ -95,21 +95,26 @@ class TextStream:
         self._m = parser._machine(streaming=True)
         self._closed = False
         self._chars = 0
+        self._max = parser.max_chars
         self.result: ParsedResponse | None = None
 
     def feed(self, delta: str) -> list[StreamChunk]:
         if self._closed:
             raise ParseError("feed() after close()")
-        if not isinstance(delta, str):
+        if type(delta) is not str and not isinstance(delta, str):
             raise ParseError(f"a delta must be text (str), not {type(delta).__name__}")
-        self._chars += len(delta)
-        if self._chars > self._parser.max_chars:
-            raise InputTooLargeError(f"streamed output passed {self._parser.max_chars} "
+        chars = self._chars = self._chars + len(delta)
+        if chars > self._max:
+            raise InputTooLargeError(f"streamed output passed {self._max} "
                                      "characters (text_parser(max_chars=...))")
         m = self._m
         m.feed(delta)
-        out, m.sink.out = m.sink.out, []
-        return out
+        sink = m.sink
+        out = sink.out
+        if out:
+            sink.out = []
+            return out
+        return []
 
     def close(self, finish_reason: str | None = "stop") -> list[StreamChunk]:
         if self._closed:

@@ -301,8 +301,8 @@ class Machine:
     """Runs one dialect over one output (and, first, over the generation prompt)."""
 
     __slots__ = ("_pending_call", "allowed", "buf", "call", "chars", "d", "dropped", "final",
-                 "header", "header_msg", "lane", "lead", "lists", "pos", "region", "sink",
-                 "start_ok", "start_skip", "steps", "tools", "undecided")
+                 "header", "header_msg", "lane", "lead", "lists", "need", "pos", "region",
+                 "sink", "start_ok", "start_skip", "steps", "tools", "undecided", "wake")
 
     def __init__(self, dialect: Dialect, sink: Sink, repairs: frozenset[str],
                  tools: dict[str, Any]):
@@ -327,6 +327,8 @@ class Machine:
         self.dropped = 0       # characters read and dropped from the front of `buf`
         self.lists: set[str] = set()  # dedupe repeats: the call lists read so far
         self.lane: tuple[Any, Any] | None = None  # see feed()
+        self.need = 0          # feed: buffer length before which no step can decide ...
+        self.wake = "\n"       # ... unless this character arrives
 
     # ------------------------------------------------------------ driving
 
@@ -378,6 +380,12 @@ class Machine:
         # nothing held back, such a delta is taken as the scanner would take it, without
         # stepping the machine: the same events, far fewer instructions per token. `lane`
         # (set after each run of the machine) says which of the two is being read.
+        if self.need:  # a step waits for this much text (or the wake character)
+            if len(self.buf) + len(delta) < self.need and self.wake not in delta:
+                self.buf += delta
+                self.chars += len(delta)
+                return
+            self.need = 0
         lane = self.lane
         if lane is not None and not self.buf:
             run, check = lane
@@ -414,7 +422,9 @@ class Machine:
         self.buf += delta
         self.chars += len(delta)
         self._run(final=False)
-        self.lane = self._lane()
+        run = self.call
+        self.lane = None if run is not None and run.phase not in ("payload", "header") \
+            else self._lane()
 
     def _lane(self) -> tuple[Any, Any] | None:
         """What the next delta may extend without the machine stepping (see feed)."""
@@ -456,18 +466,20 @@ class Machine:
         budget = _STEPS_BASE + _STEPS_PER_CHAR * self.chars
         while True:
             # what a progressing step must change, read cheaply (this runs per delta)
-            pos, size, call, region, header = (self.pos, len(self.buf), self.call,
-                                               self.region, self.header)
+            pos = self.pos
+            size = len(self.buf)
+            call = self.call
+            region = self.region
+            header = self.header
+            phase = None
             if call is not None:
                 phase = call.phase
                 if phase == "params":
                     phase = _phase(call)
                 progressed = self._step_call(final)
             elif header is not None:
-                phase = None
                 progressed = self._step_header(final)
             else:
-                phase = None
                 progressed = self._step_region(final)
             if not progressed:
                 break
@@ -481,6 +493,8 @@ class Machine:
         if self.pos:
             self.dropped += self.pos
             self.buf = self.buf[self.pos:]
+            if self.need:
+                self.need -= self.pos
             self.pos = 0
 
     def _stuck(self, why: str) -> ParseError:
@@ -882,7 +896,9 @@ class Machine:
         p = run.c.payload
         buf, n = self.buf, len(self.buf)
         if not run.started:
-            i = self._skip_ws(run)
+            i = self.pos
+            if i < n and buf[i] in _WS:
+                i = self._skip_ws(run)
             if i >= n:
                 return False
             if p.fence and not final and n - i < 3 and "```".startswith(buf[i:]):
@@ -891,6 +907,7 @@ class Machine:
                 j = buf.find("\n", i)
                 if j < 0:
                     if not final and n - i < 16:
+                        self.need, self.wake = i + 16, "\n"  # nothing to decide before
                         return False
                     j = i + 3
                     while j < n and buf[j].isalnum():

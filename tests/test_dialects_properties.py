@@ -360,9 +360,9 @@ def test_grammar_driver_reads_golden_payloads_like_lark(engine, monkeypatch):
     seen = []
     original = _grammars.parse_payload
 
-    def spy(dialect, grammar, text):
+    def spy(dialect, grammar, text, json_values=False):
         seen.append((dialect.grammar_parsers[grammar], text))
-        return original(dialect, grammar, text)
+        return original(dialect, grammar, text, json_values)
 
     monkeypatch.setattr(_grammars, "parse_payload", spy)
     for dialect, data, case in (p.values for p in _cases()):
@@ -457,5 +457,42 @@ def test_grammar_driver_reads_well_formed_payloads_like_lark(engine):
                 assert got == want, (grammar, text)
         assert values >= 1 or grammar not in ("pythonic.lark", "gemma4.lark"), (grammar,
                                                                                    py_text)
+
+    check()
+
+
+def test_json_values_read_like_the_grammar(engine):
+    """Payloads `json_values`: plain-JSON lists and dicts read by the C scanner give what
+    the grammar gives token by token (or both refuse), trailing commas included."""
+    from toolrules.dialects._grammars import _reader
+
+    pairs = sorted({(name, c.payload.grammar) for name in engine.ruleset.ids("dialect")
+                    for c in engine.dialect(name).calls
+                    if c.payload.json_values and c.payload.grammar})
+    assert pairs
+    jsonish = st.recursive(
+        st.one_of(st.integers(-999, 999).map(str), st.sampled_from(["true", "null", "1.5e3"]),
+                  st.text(st.characters(blacklist_categories=["Cs", "Cc"]), max_size=5).map(
+                      json.dumps)),
+        lambda inner: st.one_of(
+            st.lists(inner, max_size=4).map(lambda xs: "[" + ", ".join(xs) + "]"),
+            st.lists(inner, min_size=1, max_size=3).map(lambda xs: "[" + ",".join(xs) + ",]"),
+            st.lists(st.tuples(st.text("abc", max_size=3).map(json.dumps), inner),
+                     max_size=3).map(lambda kv: "{" + ", ".join(f"{k}: {v}" for k, v in kv)
+                                     + "}")), max_leaves=10)
+
+    @settings(max_examples=200, deadline=None)
+    @given(st.sampled_from(pairs), jsonish)
+    def check(pair, value):
+        dialect, grammar = pair
+        reader = _reader(engine.dialect(dialect).grammar_parsers[grammar])
+        for text in (f"[f(x={value})]", f"f(x={value}, y=[{value}])"):
+            results = []
+            for fast in (False, True):
+                try:
+                    results.append(("value", reader.parse(text, fast)))
+                except ValueError as exc:
+                    results.append(("error", type(exc).__name__))
+            assert results[0] == results[1], (dialect, text, results)
 
     check()

@@ -20,7 +20,7 @@ from typing import Any
 
 from ._jsonscan import BalancedSpec, first_chars, holdback
 
-__all__ = ["CallDef", "Dialect", "HeaderDef", "MarkerTable", "ParamDef", "PayloadDef",
+__all__ = ["CallDef", "Dialect", "HeaderDef", "HeaderLane", "MarkerTable", "ParamDef", "PayloadDef",
            "Region", "RouteDef", "check_rules", "compile_dialect"]
 
 _JSON_QUOTES = (('"', '"', True),)
@@ -38,7 +38,7 @@ def _as_list(value: Any) -> list[str]:
 class MarkerTable:
     """Literal markers of one region or phase, each bound to an action."""
 
-    __slots__ = ("actions", "firsts", "maxlen", "prefixes", "regex")
+    __slots__ = ("actions", "firsts", "maxlen", "prefixes", "regex", "starts")
 
     def __init__(self, pairs: Iterable[tuple[str, Any]] = ()):
         self.actions: dict[str, Any] = {}
@@ -49,6 +49,7 @@ class MarkerTable:
         self.prefixes = frozenset(m[:k] for m in markers for k in range(1, len(m)))
         self.maxlen = max((len(m) for m in markers), default=0)
         self.firsts = first_chars(self.prefixes)
+        self.starts = first_chars(markers)  # any character a marker begins with
 
     def search(self, buf: str, pos: int, final: bool = True,
                endpos: int | None = None) -> re.Match[str] | None:
@@ -100,6 +101,9 @@ class ParamDef:
         opt = spec.get("close_optional", False)
         self.close_optional = opt if opt in ("call", "param") else ("both" if opt else "")
         self.confirm = MarkerTable((m, "confirm") for m in _as_list(spec.get("confirm")))
+        # the call's close marker inside a value whose own close was omitted: it ends the
+        # value only when one of these (or the end of the output) follows it
+        self.confirm_end = MarkerTable((m, "confirm") for m in _as_list(spec.get("confirm_end")))
         self.trim = spec.get("trim", "none")
         self.types = dict(spec.get("types") or {})
         self.unescape = spec.get("unescape")
@@ -113,7 +117,7 @@ class ParamDef:
             if self.close_optional in ("both", "param"):
                 pairs += [(m, "next") for m in self.open]
             if self.close_optional in ("both", "call"):
-                pairs += [(m, "next") for m in call_close]
+                pairs += [(m, "end") for m in call_close]
             table = MarkerTable(pairs)
             if len(self._close_cache) < 256:
                 self._close_cache[key] = table
@@ -145,34 +149,71 @@ class PayloadDef:
         self.param = ParamDef(spec["param"]) if spec.get("param") else None
         self.json = bool(spec.get("json"))  # params payloads: a JSON object may stand instead
         self.grammar = spec.get("grammar")
+        self.search = spec.get("search") == "offered"
+        # grammar payloads whose lists and dicts read JSON as JSON does: such values are
+        # read by the C JSON scanner (the same values, at a fraction of the cost)
+        jv = spec.get("json_values")
+        self.json_values: bool | str = jv if jv == "lists" else bool(jv)
         self.delimited = False
         if self.kind == "grammar":
             quotes = [tuple(q) for q in spec.get("strings") or (('"', '"', True), ("'", "'", True))]
             brackets = spec.get("brackets", "()[]{}")
             self.starts = spec.get("starts") or "[{("
             self.delimited = bool(spec.get("until_close"))
-            self.spec = BalancedSpec(quotes, brackets, stops)
+            # a value may be one quoted string ('get_time()'), where `starts` lets a quote
+            # begin it (or a header read into the payload began with one)
+            self.spec = BalancedSpec(quotes, brackets, stops, quoted_values=True)
         else:
             self.starts = spec.get("starts") or "{["
             self.spec = BalancedSpec(_JSON_QUOTES_LENIENT if lenient else _JSON_QUOTES,
                                      "{}[]", stops)
 
 
+class HeaderLane:
+    """For the scanner: the characters a header's step must look at: any its header may not hold, and any
+    that may begin its end marker or a marker of the region around it."""
+
+    __slots__ = ("notable",)
+
+    def __init__(self, h: Any, exits: MarkerTable):
+        table = h.ends_or_exits(exits)
+        firsts = sorted({m[0] for m in table.actions})
+        parts = ["[" + "".join(map(re.escape, firsts)) + "]"] if firsts else []
+        if h.foreign is not None:
+            parts.append(h.foreign.pattern)
+        self.notable = re.compile("|".join(parts) or "(?!)")
+
+
 class HeaderDef:
     def __init__(self, spec: dict[str, Any], kept: Sequence[str]):
         until = _as_list(spec.get("until"))
-        keep = bool(spec.get("keep"))
-        pairs = [(m, "keep" if keep else "until") for m in until]
+        keep = spec.get("keep")  # true: every until marker starts the payload; a list: those
+        kept_until = set(until) if keep is True else set(_as_list(keep))
+        pairs = [(m, "keep" if m in kept_until else "until") for m in until]
         pairs += [(m, "keep") for m in kept]
         self.ends = MarkerTable(pairs)
         pattern = spec.get("pattern")
         self.pattern = re.compile(pattern, re.S) if pattern else None
         self.optional = bool(spec.get("optional"))
+        # the header (from the open marker on) is also the payload's first text: a call
+        # list's first name is checked before the list is read
+        self.in_payload = bool(spec.get("in_payload"))
         self.unescape = spec.get("unescape")
+        # markers that cannot stand in a header before its end marker: the open marker
+        # was followed by no header at all (`<function=name` and a new line, no `>`)
+        self.breaks = _as_list(spec.get("breaks"))
         chars = spec.get("chars")
         self.chars = re.compile(f"[{chars}]") if chars else None       # one allowed char
         self.foreign = re.compile(f"[^{chars}]") if chars else None    # any other char
         self._with_exits: dict[int, tuple[MarkerTable, MarkerTable]] = {}
+        self._lanes: dict[int, tuple[MarkerTable, Any]] = {}
+
+    def lane(self, exits: MarkerTable) -> Any:
+        """The scanner's header lane for this header in a region with `exits` (cached)."""
+        got = self._lanes.get(id(exits))
+        if got is None or got[0] is not exits:
+            got = self._lanes[id(exits)] = (exits, HeaderLane(self, exits))
+        return got[1]
 
     def ends_or_exits(self, exits: MarkerTable) -> MarkerTable:
         """The header's end markers ("end", action) and the markers that leave the region
@@ -180,6 +221,7 @@ class HeaderDef:
         got = self._with_exits.get(id(exits))
         if got is None or got[0] is not exits:
             table = MarkerTable([(m, ("end", a)) for m, a in self.ends.actions.items()] +
+                                [(m, ("break",)) for m in self.breaks] +
                                 [(m, ("exit",)) for m in exits.actions])
             got = self._with_exits[id(exits)] = (exits, table)
         return got[1]
@@ -196,10 +238,16 @@ class CallDef:
         self.regions = tuple(_as_list(regions)) if regions is not None else ("content",)
         self.close = tuple(_as_list(spec.get("close")))
         self.close_table = MarkerTable((m, "close") for m in self.close)
+        # a lenient shape: its calls count only when every one names an offered tool;
+        # anything else is its text, silently
+        self.offered = spec.get("names") == "offered"
         payload = spec.get("payload") or {"kind": "json"}
         self.payload = PayloadDef(payload, self.close, lenient)
         kept: list[str] = list(self.close)
         self.header = HeaderDef(spec["header"], kept) if spec.get("header") else None
+        # a call dropped for a broken header runs to its close marker or the next call
+        self.drop_until = MarkerTable([(m, "close") for m in self.close] +
+                                      [(m, "open") for m in self.open])
         # eligible for the whole-text fast path: open, one JSON value, close
         p = self.payload
         self.fast = (self.header is None and p.kind == "json" and bool(self.close)
@@ -217,7 +265,8 @@ class CallDef:
 class Region:
     """A text region: where its text goes and which markers leave it."""
 
-    __slots__ = ("exits", "kind", "name", "noise", "reasoning", "start_calls", "tentative")
+    __slots__ = ("exits", "kind", "name", "noise", "reasoning", "start_calls", "tentative",
+                 "text")
 
     def __init__(self, kind: str, name: str):
         self.kind = kind          # content | reasoning | drop | section | between | undecided
@@ -227,6 +276,9 @@ class Region:
         self.tentative = False    # calls here count only if the reasoning never closes
         self.reasoning: Region | None = None  # undecided: the reasoning it may turn out to be
         self.noise = False        # section: text outside calls is template noise (dropped)
+        # where text given back from a call here goes: a section opened inside reasoning
+        # gives it back to the reasoning
+        self.text = "reasoning" if kind == "reasoning" else "content"
 
     def __repr__(self) -> str:
         return f"<Region {self.name}>"
@@ -253,7 +305,9 @@ class Dialect:
         self.default_prompt = data.get("default_prompt")
         self.strip = bool(data.get("strip", True))
         self.repairs = frozenset(data.get("repairs") or ())
-        self.dedupe = bool(data.get("dedupe"))
+        dedupe = data.get("dedupe")
+        self.dedupe = dedupe is True               # every identical call is reported once
+        self.repeats = dedupe == "repeats"         # a call list repeated as a whole is text
         self.decline = frozenset(data.get("decline") or ())
         self.grammars: set[str] = set()
         self.grammar_parsers: dict[str, Any] = {}
@@ -276,6 +330,9 @@ class Dialect:
             sections[s["name"]] = reg
             self.regions.append(reg)
         self.calls = [CallDef(c, i, lenient) for i, c in enumerate(data.get("calls") or [])]
+        if self.repeats:  # every call list is compared with the earlier ones
+            for c in self.calls:
+                c.fast = False
         for c in self.calls:
             if c.payload.grammar:
                 self.grammars.add(c.payload.grammar)
@@ -309,6 +366,28 @@ class Dialect:
                     pairs += [(m, ("call", c)) for m in c.open]
             pairs += [(m, ("drop",)) for m in drop]
             reg.exits = MarkerTable(pairs)
+        # Where reasoning may hold calls (`calls: unclosed | always`), it may hold sections of
+        # calls too: each such reasoning region gets its own copy of every section, closing
+        # back into that reasoning; calls there are tentative like the reasoning's own.
+        for i, r in enumerate(reasoning_defs):
+            if r.get("calls", "never") == "never":
+                continue
+            extra: list[tuple[str, Any]] = []
+            for s in data.get("sections") or []:
+                inner = Region("section", f"{s['name']}@reasoning[{i}]")
+                inner.noise = sections[s["name"]].noise
+                inner.tentative = reasoning[i].tentative
+                inner.text = "reasoning"
+                pairs = [(m, ("goto", reasoning[i])) for m in _as_list(s.get("close"))]
+                for c in self.calls:
+                    if s["name"] in c.regions:
+                        pairs += [(m, ("call", c)) for m in c.open]
+                pairs += [(m, ("drop",)) for m in drop]
+                inner.exits = MarkerTable(pairs)
+                self.regions.append(inner)
+                extra += [(m, ("goto", inner)) for m in _as_list(s.get("open"))]
+            if extra:
+                reasoning[i].exits = MarkerTable([*reasoning[i].exits.actions.items(), *extra])
 
         self.start = self.content
         self.messages: MessagesDef | None = None
@@ -318,8 +397,10 @@ class Dialect:
         self.content.exits = MarkerTable(content_pairs)
 
         self.undecided: Region | None = None
+        self.undecided_cut = "content"  # what undecided text cut off by max_tokens is
         for i, r in enumerate(reasoning_defs):
             if r.get("implicit"):
+                self.undecided_cut = r.get("cut_off", "content")
                 und = Region("undecided", "undecided")
                 und.reasoning = reasoning[i]
                 pairs = [(m, ("resolve", reasoning[i], ("goto", self.content)))
@@ -402,7 +483,9 @@ def check_rules(rs: Any, rep: Any, failed: set[tuple[str, str]]) -> None:
                               f"{', '.join(sorted(n for n in section_names if n)) or 'none'})",
                               "dialect-section")
             header = c.get("header") or {}
-            if header.get("pattern"):
+            if header.get("pattern") and header.get("in_payload"):
+                check_regex(rep, rf, base + ("header", "pattern"), header["pattern"])
+            elif header.get("pattern"):
                 _check_group(rep, rf, base + ("header", "pattern"), header["pattern"], "name",
                              "the header pattern")
             if isinstance(header.get("chars"), str):
@@ -412,7 +495,8 @@ def check_rules(rs: Any, rep: Any, failed: set[tuple[str, str]]) -> None:
                           "`chars:` (the characters a header holds; the call begins with one)",
                           "dialect-call-open")
             _check_payload(rep, rf, base + ("payload",), payload, kind, grammars,
-                           named=bool(c.get("header")), closed=bool(c.get("close")))
+                           named=bool(header) and not header.get("in_payload"),
+                           closed=bool(c.get("close")))
         msg = data.get("messages") or {}
         for j, route in enumerate(msg.get("routes") or []):
             base = ("messages", "routes", j)
@@ -433,6 +517,9 @@ def _check_payload(rep: Any, rf: Any, base: tuple[Any, ...], payload: dict[str, 
 
     if payload.get("head"):
         check_regex(rep, rf, base + ("head",), payload["head"])
+    if payload.get("search") and kind != "grammar":
+        rep.error(rf, base + ("search",), "`search` reads call lists inside a block of code: "
+                  "it needs a grammar payload", "dialect-payload")
     if payload.get("rest") == "text" and closed:
         rep.error(rf, base + ("rest",), "`rest: text` is for calls without a close marker "
                   "(inside markers, text after the values makes the call malformed)",

@@ -8,6 +8,8 @@ new grammar needs no code:
     object  -> dict (of pair)           pair  -> key : value        array/list/tuple -> list
     string  -> quoted text, escapes read   rawstring -> text between its delimiters as is
     number  -> int or float             true / false / null
+    source  -> the source text of a bare name or expression (my_data, data['x']), as written:
+               never evaluated
     name / key -> text (stripped)
 
 `%import common.X` works as usual; grammars/common.lark holds shared terminals.
@@ -23,8 +25,9 @@ from __future__ import annotations
 
 import hashlib
 import json
+import json.scanner
 import re
-from typing import Any
+from typing import Any, cast
 
 from ._jsonscan import MAX_DEPTH, NestingTooDeep, unescape
 
@@ -107,6 +110,8 @@ def tree_to_value(node: Any, depth: int = 0) -> Any:
         return _unquote(str(kids[0]))
     if kind == "rawstring":
         return _raw(str(kids[0]))
+    if kind == "source":
+        return str(kids[0])
     if kind == "number":
         return _number(str(kids[0]))
     if kind == "true":
@@ -166,7 +171,8 @@ _VOCABULARY: dict[str, Any] = {
     "start": _first, "value": _first, "calls": _same, "call": _call, "kwarg": _kwarg,
     "pair": _pair, "object": dict, "dict": dict, "array": _same, "list": _same,
     "tuple": _same, "string": lambda kids: _unquote(kids[0]),
-    "rawstring": lambda kids: _raw(kids[0]), "number": lambda kids: _number(kids[0]),
+    "rawstring": lambda kids: _raw(kids[0]), "source": lambda kids: str(kids[0]),
+    "number": lambda kids: _number(kids[0]),
     "true": lambda kids: True, "false": lambda kids: False, "null": lambda kids: None,
     "name": _name, "key": _name,
 }
@@ -210,7 +216,7 @@ def _callbacks(lark: Any) -> dict[Any, Any]:
 class _State:
     """One LALR state: what each symbol does here, and the lexer for the next token."""
 
-    __slots__ = ("actions", "ignore", "match", "special")
+    __slots__ = ("actions", "ignore", "jgoto", "match", "special")
 
     def __init__(self) -> None:
         # per symbol name (plain str keys: Lark's are Tokens, whose __eq__ is Python
@@ -219,6 +225,8 @@ class _State:
         self.match: Any = None
         self.ignore: frozenset[str] = frozenset()
         self.special: dict[str, Any] = {}
+        # where a list or dict value may stand here: its Python type -> the state after it
+        self.jgoto: dict[type, _State] | None = None
 
 
 def _first_match(mres: tuple[Any, ...]) -> Any:
@@ -260,10 +268,22 @@ class _Reader:
             st.special = dict(basic.callback)
             if any(type(f).__name__ != "UnlessCallback" for f in st.special.values()):
                 raise TypeError("lexer callbacks this reader does not know")
+        for st in states.values():
+            gotos: dict[type, _State] = {}
+            for name, kind in (("list", list), ("array", list), ("dict", dict),
+                               ("object", dict)):
+                entry = st.actions.get(name)
+                if entry is not None and entry[0] is None:
+                    gotos.setdefault(kind, entry[1])
+            st.jgoto = gotos or None
         self.start = states[table.start_states["start"]]
         self.end = states[table.end_states["start"]]
 
-    def parse(self, text: str) -> Any:
+    def parse(self, text: str, json_values: bool | str = False) -> Any:
+        """The value of `text`. `json_values`: a list or dict written as plain JSON, where
+        the grammar expects a value, is read at once by the C JSON scanner (the grammar
+        must read JSON lists and dicts as JSON does; strings with \\u escapes and NaN
+        are left to the grammar); "lists": only lists of numbers, booleans and nulls."""
         from lark import Token
 
         end = self.end
@@ -271,7 +291,19 @@ class _Reader:
         stack = [st]
         values: list[Any] = []
         pos, n = 0, len(text)
+        mends = [_JSON_MENDS]
         while True:
+            if json_values and pos < n and st.jgoto is not None and text[pos] in "[{":
+                decoded, stop = _json_value(text, pos, mends)
+                if stop > 0 and text.find("\\u", pos, stop) < 0 and (
+                        json_values is True or _plain(decoded, 0)):
+                    target = st.jgoto.get(type(decoded))
+                    if target is not None:
+                        st = target
+                        stack.append(st)
+                        values.append(decoded)
+                        pos = stop
+                        continue
             if pos < n:
                 m = st.match(text, pos)
                 if m is None:
@@ -326,8 +358,63 @@ def _reader(lark: Any) -> _Reader | None:
     return got[1]
 
 
-def parse_payload(dialect: Any, grammar: str, text: str) -> Any:
-    """Parse `text` with the dialect's grammar; ValueError when it does not fit."""
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON")
+
+
+# the C scanner under JSONDecoder.raw_decode (NaN and Infinity refused: not JSON)
+_JSON_SCAN = cast(Any, json.scanner).make_scanner(json.JSONDecoder(parse_constant=_no_constant))
+
+
+# trailing commas a parse may take out to let the JSON scanner read a list or dict (each
+# costs a copy of the text: a few, for the top-level value)
+_JSON_MENDS = 4
+
+
+def _plain(value: Any, depth: int) -> bool:
+    """json_values "lists": a list of numbers, booleans, nulls and such lists only (what
+    a grammar with its own string and object syntax still writes as JSON does)."""
+    if type(value) is not list or depth > MAX_DEPTH:
+        return False
+    for v in value:
+        if type(v) is list:
+            if not _plain(v, depth + 1):
+                return False
+        elif not (v is None or type(v) in (int, float, bool)):
+            return False
+    return True
+
+
+def _json_value(text: str, pos: int, mends: list[int]) -> tuple[Any, int]:
+    """(value, end) of the JSON list or dict at `pos`, or (None, -1). A trailing comma,
+    which the grammars allow and JSON does not, is taken out (at most `mends[0]` in all)."""
+    work = text
+    removed = 0
+    while True:
+        try:
+            value, stop = _JSON_SCAN(work, pos)
+            return value, stop + removed
+        except StopIteration as exc:
+            at = exc.value
+        except json.JSONDecodeError as exc:
+            at = exc.pos
+        except (ValueError, RecursionError):
+            return None, -1
+        if mends[0] <= 0 or not isinstance(at, int) or at >= len(work) or work[at] not in "]}":
+            return None, -1
+        j = at - 1
+        while j > pos and work[j] in " \t\r\n":
+            j -= 1
+        if work[j] != ",":
+            return None, -1
+        mends[0] -= 1
+        work = work[:j] + work[j + 1:]
+        removed += 1
+
+
+def parse_payload(dialect: Any, grammar: str, text: str, json_values: bool | str = False) -> Any:
+    """Parse `text` with the dialect's grammar; ValueError when it does not fit.
+    `json_values`: see _Reader.parse (the payload's `json_values` option)."""
     from lark.exceptions import LarkError
 
     parser = dialect.grammar_parsers.get(grammar)
@@ -335,7 +422,7 @@ def parse_payload(dialect: Any, grammar: str, text: str) -> Any:
         raise ValueError(f"grammar {grammar!r} is not loaded")
     reader = _reader(parser)
     if reader is not None:
-        return reader.parse(text)
+        return reader.parse(text, json_values)
     try:
         tree = parser.parse(text)
     except LarkError as exc:

@@ -16,14 +16,15 @@ C JSON decoder, the repair tokenizer, a grammar) could recurse into it.
 from __future__ import annotations
 
 import json
+import json.scanner
 import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 __all__ = ["MAX_DEPTH", "Balanced", "BalancedSpec", "NestingTooDeep", "RepairFailed",
-           "first_chars", "holdback", "loads", "loads_strict", "repair_json", "too_deep",
-           "unescape"]
+           "first_chars", "holdback", "list_spans", "loads", "loads_strict", "mend_call_list",
+           "repair_json", "too_deep", "unescape"]
 
 MAX_DEPTH = 64
 """The deepest bracket nesting a value read from model output may have. Real arguments
@@ -67,8 +68,9 @@ class BalancedSpec:
     """What counts as a string and a bracket for one payload kind (compiled once)."""
 
     def __init__(self, quotes: Sequence[tuple[str, str, bool]], brackets: str = "{}[]",
-                 stops: Iterable[str] = ()):
+                 stops: Iterable[str] = (), quoted_values: bool = False):
         self.quotes = tuple(Quote(*q) for q in quotes)
+        self.quoted_values = quoted_values  # a value may be one quoted string
         self.brackets = brackets
         self.stops = tuple(sorted(set(stops), key=len, reverse=True))
         alts = [re.escape(q.open) for q in sorted(self.quotes, key=lambda q: -len(q.open))]
@@ -83,6 +85,14 @@ class BalancedSpec:
         self.maxlen = max((len(t) for t in tokens), default=1)
         self.quote_open = {q.open: i for i, q in enumerate(self.quotes)}
         self.firsts = first_chars(self.prefixes)
+        # per state (-1: outside strings, else inside that quote) the characters a scan
+        # must look at; a delta with none of them only extends the value
+        outside = {b for b in brackets} | {t[0] for t in tokens}
+        self.notable: dict[int, re.Pattern[str]] = {
+            -1: re.compile("[" + "".join(map(re.escape, sorted(outside))) + "]")}
+        for i, q in enumerate(self.quotes):
+            chars = {q.close[0]} | ({"\\"} if q.escapes else set())
+            self.notable[i] = re.compile("[" + "".join(map(re.escape, sorted(chars))) + "]")
 
     def holdback(self, buf: str, start: int) -> int:
         return holdback(buf, start, self.prefixes, self.firsts, self.maxlen)
@@ -116,11 +126,16 @@ class Balanced:
             if pos >= n:
                 return pos, "more"
             ch = buf[pos]
-            if ch not in _OPENERS or ch not in spec.brackets:
+            if spec.quoted_values and ch in spec.quote_open:  # a whole quoted value
+                self.started = True
+                self.quote = spec.quote_open[ch]
+                pos += 1
+            elif ch not in _OPENERS or ch not in spec.brackets:
                 return pos, "bad"
-            self.started = True
-            self.depth = 1
-            pos += 1
+            else:
+                self.started = True
+                self.depth = 1
+                pos += 1
         while pos < n:
             if self.quote >= 0:
                 m = spec.inside[self.quote].search(buf, pos)
@@ -139,6 +154,8 @@ class Balanced:
                 if tok[0] == "\\" and spec.quotes[self.quote].escapes and len(tok) == 2:
                     continue
                 self.quote = -1
+                if self.depth == 0 and self.bracketed:  # a quoted value closed
+                    return pos, "done"
                 continue
             m = spec.outside.search(buf, pos)
             if m is None:
@@ -289,6 +306,39 @@ def _no_constant(name: str) -> object:
     raise ValueError(f"{name} is not JSON")
 
 
+_NOT_JSON = object()
+_STRICT_SCAN = cast(Any, json.scanner).make_scanner(json.JSONDecoder(parse_constant=_no_constant))
+_TRAILING_COMMAS = 4  # each one found costs a copy of the text: a few, then the tokenizer
+
+
+def _without_trailing_commas(text: str) -> Any:
+    """The value of `text` once a few trailing commas (`[1, 2,]`) are taken out, where the
+    JSON scanner stops at them; _NOT_JSON if anything else is wrong (the tokenizer then
+    decides, with the same result for text that only needed this)."""
+    work = text
+    start = len(text) - len(text.lstrip())
+    for _ in range(_TRAILING_COMMAS + 1):
+        try:
+            value, stop = _STRICT_SCAN(work, start)
+        except StopIteration as exc:
+            at = exc.value
+        except json.JSONDecodeError as exc:
+            at = exc.pos
+        except (ValueError, RecursionError):
+            return _NOT_JSON
+        else:
+            return value if not work[stop:].strip() else _NOT_JSON
+        if not isinstance(at, int) or at >= len(work) or work[at] not in "]}":
+            return _NOT_JSON
+        j = at - 1
+        while j > start and work[j] in " \t\r\n":
+            j -= 1
+        if work[j] != ",":
+            return _NOT_JSON
+        work = work[:j] + work[j + 1:]
+    return _NOT_JSON
+
+
 def repair_json(text: str, allowed: frozenset[str] | set[str],
                 at_end_marker: bool = False) -> tuple[object, tuple[str, ...]]:
     """Parse `text` as JSON, applying only `allowed` repairs; return (value, repairs used).
@@ -303,6 +353,10 @@ def repair_json(text: str, allowed: frozenset[str] | set[str],
         return loads_strict(text), ()
     except ValueError:
         pass
+    if "trailing-commas" in allowed:  # the common repair, found by the C scanner
+        value = _without_trailing_commas(text)
+        if value is not _NOT_JSON:
+            return value, ("trailing-commas",)
     used: list[str] = []
     out: list[str] = []
     stack: list[str] = []
@@ -370,3 +424,107 @@ def repair_json(text: str, allowed: frozenset[str] | set[str],
         return loads_strict("".join(out)), tuple(used)
     except ValueError as exc:
         raise RepairFailed(str(exc)) from None
+
+
+# ---------------------------------------------------------------- Python call lists
+
+_CALL_AHEAD = re.compile(r"\s*(?:[A-Za-z_]|\\_)(?:[\w.\-]|\\_)*\s*\(")
+_AFTER_CALL = re.compile(r"\s*(?:[,\]]|\Z)")
+_LIST_TOKEN = re.compile(r"""[\[\](){}'"]""")
+_LINE_STRING = {'"': re.compile(r'[^"\\\n]*(?:\\.[^"\\\n]*)*"'),
+                "'": re.compile(r"[^'\\\n]*(?:\\.[^'\\\n]*)*'")}
+
+
+def _before(text: str, i: int) -> str:
+    """The last non-blank character before i ('' at the start)."""
+    j = i - 1
+    while j >= 0 and text[j] in " \t\r\n":
+        j -= 1
+    return text[j] if j >= 0 else ""
+
+
+def mend_call_list(text: str, brackets: bool,
+                   quotes: bool) -> tuple[str, int, tuple[str, ...]] | None:
+    """A Python call list (or one quoted call) left unfinished at the end of the output,
+    mended the two ways real outputs need, and no other: a quote opened around a call and
+    never closed is dropped (`unbalanced-quotes`: ['f(x=1)] reads [f(x=1)]), and list
+    brackets left open after complete calls are closed (`missing-final-bracket`). Returns
+    the mended value, how much of `text` it spans, and the repairs used; None when it
+    cannot be mended so (an open call, an open string inside a call). Linear."""
+    out: list[str] = []
+    used: list[str] = []
+    stack: list[str] = []
+    last = pos = 0
+    end = -1
+    while True:
+        m = _LIST_TOKEN.search(text, pos)
+        if m is None:
+            break
+        tok, i = m.group(), m.start()
+        pos = m.end()
+        if tok in "'\"":
+            closed = _LINE_STRING[tok].match(text, pos)
+            if closed is not None:
+                pos = closed.end()
+                if not stack:  # a quoted value that closed: the value ends there
+                    end = pos
+                    break
+                continue
+            before = _before(text, i)
+            around = (before in ("", "[", ",") and _CALL_AHEAD.match(text, pos) is not None) \
+                or (before == ")" and _AFTER_CALL.match(text, pos) is not None)
+            if not (quotes and around):
+                return None
+            out.append(text[last:i])
+            last = pos
+            if "unbalanced-quotes" not in used:
+                used.append("unbalanced-quotes")
+            continue
+        if tok in _OPENERS:
+            stack.append(_OPENERS[tok])
+            if len(stack) > MAX_DEPTH:
+                return None
+            continue
+        if not stack or stack[-1] != tok:
+            return None
+        stack.pop()
+        if not stack:
+            end = pos
+            break
+    if end < 0:  # open at the end of the output: only list brackets may be closed
+        if not stack or not brackets or any(c != "]" for c in stack):
+            return None
+        end = len(text)
+        tail = "]" * len(stack)
+        used.append("missing-final-bracket")
+    else:
+        tail = ""
+    if not used:
+        return None
+    out.append(text[last:end])
+    return "".join(out) + tail, end, tuple(used)
+
+
+def list_spans(text: str) -> dict[int, int]:
+    """Where each `[` of `text` closes (string-aware, one line per string): the call
+    lists a block of code may hold are looked up here. Linear."""
+    spans: dict[int, int] = {}
+    stack: list[tuple[str, int]] = []
+    pos = 0
+    while True:
+        m = _LIST_TOKEN.search(text, pos)
+        if m is None:
+            return spans
+        tok, i = m.group(), m.start()
+        pos = m.end()
+        if tok in "'\"":
+            closed = _LINE_STRING[tok].match(text, pos)
+            if closed is not None:
+                pos = closed.end()
+        elif tok in _OPENERS:
+            if len(stack) < 4 * MAX_DEPTH:
+                stack.append((_OPENERS[tok], i))
+        elif stack and stack[-1][0] == tok:
+            closer, start = stack.pop()
+            if closer == "]":
+                spans[start] = pos

@@ -136,6 +136,7 @@ class TextStream:
         self._m = parser._machine(streaming=True)
         self._closed = False
         self._chars = 0
+        self._max = parser.max_chars
         # under a deadline the text is kept, so a timeout can show what was read
         self._seen: list[str] | None = [] if self._m.limit is not None else None
         self.result: ParsedResponse | None = None
@@ -143,22 +144,28 @@ class TextStream:
     def feed(self, delta: str) -> list[StreamChunk]:
         if self._closed:
             raise ParseError("feed() after close()")
-        if not isinstance(delta, str):
+        if type(delta) is not str and not isinstance(delta, str):
             raise ParseError(f"a delta must be text (str), not {type(delta).__name__}")
-        self._chars += len(delta)
-        if self._chars > self._parser.max_chars:
-            raise InputTooLargeError(f"streamed output passed {self._parser.max_chars} "
+        chars = self._chars = self._chars + len(delta)
+        if chars > self._max:
+            raise InputTooLargeError(f"streamed output passed {self._max} "
                                      "characters (text_parser(max_chars=...))")
         m = self._m
-        if self._seen is not None:
-            self._seen.append(delta)
-        try:
+        if self._seen is None:
             m.feed(delta)
-        except ParseTimeoutError as exc:
-            exc.text = "".join(self._seen or ())
-            raise
-        out, m.sink.out = m.sink.out, []
-        return out
+        else:
+            self._seen.append(delta)
+            try:
+                m.feed(delta)
+            except ParseTimeoutError as exc:
+                exc.text = "".join(self._seen)
+                raise
+        sink = m.sink
+        out = sink.out
+        if out:
+            sink.out = []
+            return out
+        return []
 
     def close(self, finish_reason: str | None = "stop") -> list[StreamChunk]:
         if self._closed:

@@ -22,8 +22,18 @@ from typing import Any, cast
 
 from .._errors import ParseError, ParseTimeoutError
 from .._types import StreamChunk, StreamChunkType, ToolCall
-from ._compile import CallDef, Dialect, MarkerTable, ParamDef, Region
-from ._jsonscan import Balanced, NestingTooDeep, RepairFailed, loads, repair_json, too_deep
+from ._compile import CallDef, Dialect, HeaderLane, MarkerTable, ParamDef, Region
+from ._jsonscan import (
+    MAX_DEPTH,
+    Balanced,
+    NestingTooDeep,
+    RepairFailed,
+    list_spans,
+    loads,
+    mend_call_list,
+    repair_json,
+    too_deep,
+)
 from ._values import read_value
 
 __all__ = ["Machine", "Sink", "next_call_id"]
@@ -189,12 +199,20 @@ class Sink:
         if self.deferred is None and not self.muted:
             self.deferred = []
 
+    def marker(self, s: str) -> None:
+        """A section marker around tentative calls: text again if the calls turn out text."""
+        if self.deferred is not None and not self.muted:
+            self.deferred.append(("marker", s))
+
     def resolve(self, calls_are_text: bool) -> None:
         """End a deferral: replay events; calls become reasoning text if `calls_are_text`."""
         events, self.deferred = self.deferred, None
         for ev in events or ():
             if ev[0] == "text":
                 self._text(ev[1], ev[2])
+            elif ev[0] == "marker":
+                if calls_are_text:
+                    self._text("reasoning", ev[1])
             elif calls_are_text:
                 self._text("reasoning", ev[4])
             else:
@@ -211,11 +229,13 @@ class _CallRun:
         "call_id",
         "confirming",
         "deep",
+        "ending",
         "header",
         "hlen",
         "item_end",
         "key",
         "key_type",
+        "lenient",
         "mark",
         "name",
         "newline",
@@ -256,6 +276,9 @@ class _CallRun:
         self.value: list[str] = []
         self.value_end: MarkerTable | None = None
         self.confirming: list[str] | None = None
+        # confirming the call's close marker found inside a value: where it begins in
+        # `confirming` (-1: confirming a value's own close marker, or nothing)
+        self.ending = -1
         self.probe = 0
         self.progress_name: str | None = None
         self.plen = 0          # characters in `payload`
@@ -264,6 +287,7 @@ class _CallRun:
         self.start_index = -1  # anchored: which of the region's start shapes this is
         self.newline = False   # a newline was skipped after the last value
         self.deep = False      # malformed because a value nested past MAX_DEPTH
+        self.lenient = False   # read by a repair at the end: its calls must be offered tools
         self.hlen = 0          # characters in `header`
         if c.header is not None:
             self.phase = "header"
@@ -279,8 +303,9 @@ class Machine:
     """Runs one dialect over one output (and, first, over the generation prompt)."""
 
     __slots__ = ("_pending_call", "allowed", "buf", "call", "chars", "d", "dropped", "final",
-                 "header", "header_msg", "lead", "limit", "pos", "region", "sink", "spent",
-                 "start_ok", "start_skip", "steps", "tools", "undecided")
+                 "header", "header_msg", "lane", "lead", "limit", "lists", "need", "pos",
+                 "region", "sink", "spent", "start_ok", "start_skip", "steps", "tools",
+                 "undecided", "wake")
 
     def __init__(self, dialect: Dialect, sink: Sink, repairs: frozenset[str],
                  tools: dict[str, Any]):
@@ -305,6 +330,10 @@ class Machine:
         self.dropped = 0       # characters read and dropped from the front of `buf`
         self.limit: float | None = None  # seconds this output may take (parse_deadline)
         self.spent = 0.0       # seconds taken so far (with a limit)
+        self.lists: set[str] = set()  # dedupe repeats: the call lists read so far
+        self.lane: tuple[Any, Any] | None = None  # see feed()
+        self.need = 0          # feed: buffer length before which no step can decide ...
+        self.wake = "\n"       # ... unless this character arrives
 
     # ------------------------------------------------------------ driving
 
@@ -319,8 +348,9 @@ class Machine:
             self.buf, self.pos = "", 0
             self.chars = self.steps = self.dropped = 0
             self._pending_call, self.call = self.call, None
-        if self.region is self.d.content and self.d.undecided is not None:
-            self.region = self.d.undecided
+        und = self.d.undecided
+        if und is not None and (self.region is self.d.content or self.region is und.reasoning):
+            self.region = und  # reasoning only if its close marker comes
         self.start_ok = True
 
     def start_state(self) -> tuple[Any, ...]:
@@ -350,8 +380,73 @@ class Machine:
         self.chars += len(text)
 
     def feed(self, delta: str) -> None:
-        self.load(delta)
+        # Most deltas only extend what is being read: text with no character a marker
+        # begins with, or a value's text with no bracket, quote or stop character. With
+        # nothing held back, such a delta is taken as the scanner would take it, without
+        # stepping the machine: the same events, far fewer instructions per token. `lane`
+        # (set after each run of the machine) says which of the two is being read.
+        if self.need:  # a step waits for this much text (or the wake character)
+            if len(self.buf) + len(delta) < self.need and self.wake not in delta:
+                self.buf += delta
+                self.chars += len(delta)
+                return
+            self.need = 0
+        lane = self.lane
+        if lane is not None and not self.buf:
+            run, check = lane
+            n = len(delta)
+            if type(check) is HeaderLane:
+                if check.notable.search(delta) is None and run.hlen + n <= _MAX_HEADER:
+                    self.chars += n
+                    self.dropped += n
+                    run.header.append(delta)
+                    run.raw.append(delta)
+                    run.hlen += n
+                    return
+            elif run is None:
+                if check is None or check.search(delta) is None:
+                    self.chars += n
+                    self.dropped += n
+                    self._emit(self.region, delta)
+                    return
+            else:
+                bal = cast(Balanced, run.bal)
+                if check[bal.quote].search(delta) is None:  # (quotes are always notable)
+                    self.chars += n
+                    self.dropped += n
+                    run.raw.append(delta)
+                    run.payload.append(delta)
+                    run.plen += n
+                    if run.probe < _PROBE_CHARS and run.name is None:
+                        run.probe += n  # what the name probe counts (no quote: no name)
+                    sink = self.sink
+                    if sink.streaming and not sink.muted and n:
+                        sink.out.append(StreamChunk(_PROGRESS, None, len(sink.calls), None,
+                                                    run.name or run.progress_name, delta))
+                    return
+        self.buf += delta
+        self.chars += len(delta)
         self._run(final=False)
+        run = self.call
+        self.lane = None if run is not None and run.phase not in ("payload", "header") \
+            else self._lane()
+
+    def _lane(self) -> tuple[Any, Any] | None:
+        """What the next delta may extend without the machine stepping (see feed)."""
+        run = self.call
+        if run is None:
+            r = self.region
+            if self.header is not None or self.lead or (
+                    r.start_calls and self.start_ok and not self.sink.has_content()):
+                return None
+            return (None, r.exits.starts)
+        bal = run.bal
+        if run.phase == "payload" and run.started and bal is not None and bal.started:
+            return (run, bal.spec.notable)
+        h = run.c.header
+        if run.phase == "header" and run.header and h is not None:
+            return (run, h.lane(run.ret.exits))
+        return None
 
     def close(self, finish_reason: str | None) -> None:
         self._run(final=True)
@@ -364,8 +459,9 @@ class Machine:
         if self.header is not None:
             self.sink.warn("incomplete-message-header-dropped")
             self.header = None
-        if self.region.kind == "undecided":
-            self._flush_undecided("content")
+        if self.region.kind == "undecided":  # no close marker came: the reply
+            cut = finish_reason == "length" and self.d.undecided_cut == "reasoning"
+            self._flush_undecided("reasoning" if cut else "content")
         if self.sink.deferred is not None:
             self.sink.resolve(calls_are_text=False)
         # trailing whitespace still pending in the sink is dropped (strip semantics)
@@ -380,6 +476,8 @@ class Machine:
         if self.pos:
             self.dropped += self.pos
             self.buf = self.buf[self.pos:]
+            if self.need:
+                self.need -= self.pos
             self.pos = 0
 
     def _timed(self, final: bool, budget: int) -> None:
@@ -404,16 +502,20 @@ class Machine:
     def _loop(self, final: bool, budget: int, until: float | None = None) -> None:
         while True:
             # what a progressing step must change, read cheaply (this runs per delta)
-            pos, size, call, region, header = (self.pos, len(self.buf), self.call,
-                                               self.region, self.header)
+            pos = self.pos
+            size = len(self.buf)
+            call = self.call
+            region = self.region
+            header = self.header
+            phase = None
             if call is not None:
-                phase = _phase(call)
+                phase = call.phase
+                if phase == "params":
+                    phase = _phase(call)
                 progressed = self._step_call(final)
             elif header is not None:
-                phase = None
                 progressed = self._step_header(final)
             else:
-                phase = None
                 progressed = self._step_region(final)
             if not progressed:
                 break
@@ -451,7 +553,7 @@ class Machine:
                 return
             if text.strip(_WS):
                 self.sink.warn("text-inside-call-section")
-            self.sink.text("content", text)
+            self.sink.text(region.text, text)
         elif kind == "undecided":
             self.undecided.append(text)
 
@@ -477,7 +579,17 @@ class Machine:
                 self.pos = pos = i
             if i >= n and not final:
                 return False
+            at_marker = None
             if i < n:
+                # A marker of the region at the start ([TOOL_CALLS], <think>) is read
+                # first, and the start stays open through it: a bare call may follow the
+                # reasoning. (A lenient shape's open marker gives way to the start shapes.)
+                at_marker = r.exits.match(buf, i, final)
+                if at_marker is None and not final and r.exits.is_prefix_at(buf, i):
+                    return False
+                if at_marker is not None and _yields(r.exits.actions[at_marker.group()]):
+                    at_marker = None
+            if i < n and at_marker is None:
                 for k in range(self.start_skip, len(r.start_calls)):
                     c = r.start_calls[k]
                     if c.starts_with(buf[i]):
@@ -489,7 +601,8 @@ class Machine:
                         run.raw.extend(self.lead)
                         self.lead = []
                         return True
-            self.start_ok = False
+            if at_marker is None:
+                self.start_ok = False
             if self.lead:
                 lead, self.lead = "".join(self.lead), []
                 self._emit(r, lead)
@@ -500,13 +613,22 @@ class Machine:
             m = exits.regex.search(buf, pos) if exits.regex is not None else None
         else:
             m = exits.search(buf, pos, final)
+        while m is not None and m.end() < n and _no_header(exits.actions[m.group()], buf,
+                                                           m.end(), r):
+            m = exits.search(buf, m.end(), final)  # a lenient marker no call follows: text
         if m is not None:
             start = m.start()
             if start > pos:
                 self._emit(r, buf[pos:start])
-            self.pos = m.end()
             marker = m.group()
-            self._act(r, exits.actions[marker], marker)
+            action = exits.actions[marker]
+            if not final and m.end() == n and _yields(action):
+                # a lenient shape's open marker ends the text so far: held until the next
+                # character shows whether a header may follow ("[1]" never starts a call)
+                self.pos = start
+                return False
+            self.pos = m.end()
+            self._act(r, action, marker)
             return True
         end = n if final else n - r.exits.holdback(buf, pos)
         if end > pos:
@@ -519,12 +641,22 @@ class Machine:
         if kind == "goto":
             target = action[1]
             if r.kind == "reasoning" and r.tentative and self.sink.deferred is not None \
-                    and target is not r:
-                self.sink.resolve(calls_are_text=True)
+                    and target is not r and target.text != "reasoning":
+                self.sink.resolve(calls_are_text=True)  # the reasoning closed: calls were text
+            if target.tentative and target.kind == "section":  # entering one, inside reasoning
+                self.sink.defer()
+                self.sink.marker(marker)
+            elif r.tentative and r.kind == "section":  # leaving it
+                self.sink.marker(marker)
             self.region = target
         elif kind == "call":
             c = action[1]
-            tentative = r.kind == "reasoning" and r.tentative
+            tentative = r.tentative
+            if self.pos < len(self.buf) and _no_header(action, self.buf, self.pos, r):
+                # a lenient shape whose header cannot begin here ("[1]", "[[", "{x"): its
+                # marker is text, as the header step would find, without a call run
+                self._emit(r, marker)
+                return
             if tentative:
                 self.sink.defer()
             elif self.final and c.fast and self._fast_call(c, r, marker):
@@ -650,6 +782,8 @@ class Machine:
             return self._step_params(run, final)
         if phase == "skip":
             return self._step_skip(run, final)
+        if phase == "drop":
+            return self._step_drop(run, final)
         return self._step_close(run, final)
 
     def _consume(self, run: _CallRun, end: int) -> str:
@@ -702,6 +836,10 @@ class Machine:
             what = table.actions[found.group()]
             if what[0] == "end":
                 m = found
+            elif what[0] == "break" and known <= limit:
+                run.header.append(self._consume(run, known))
+                run.phase = "drop"
+                return True
             else:
                 m = h.ends.match(buf, known, final)  # an end marker there too wins
                 if m is None and known <= limit:
@@ -737,6 +875,8 @@ class Machine:
                 self._malformed(run, "call-header-not-recognized")
                 return True
             groups = hm.groupdict()
+            if h.in_payload:
+                return self._header_as_payload(run, groups.get("name"))
             name = groups.get("name")
             run.name = _unescape(name.strip(), h.unescape) if name else None
             if groups.get("id"):
@@ -757,13 +897,41 @@ class Machine:
             run.values = [{}]
         return True
 
+    def _header_as_payload(self, run: _CallRun, name: str | None) -> bool:
+        """Header `in_payload`: what was read since the call began (its open marker
+        included) starts the payload; the header only checked it (and its first name)."""
+        if run.c.offered and name is not None and not self._offered(name):
+            self._passthrough(run, "tool-not-offered")
+            return True
+        p = run.c.payload
+        text = "".join(run.raw)
+        bal = Balanced(p.spec, bracketed=not p.delimited)
+        new, status = bal.scan(text, 0, False)
+        if status != "more" or new != len(text):
+            self._malformed(run, "payload-not-recognized")
+            return True
+        run.bal = bal
+        run.started = True
+        run.payload = [text]
+        run.plen = len(text)
+        run.item_end = -1
+        run.phase = "payload"
+        return True
+
+    def _offered(self, name: str) -> bool:
+        if name in self.tools:
+            return True
+        return "markdown-escapes" in self.allowed and name.replace("\\_", "_") in self.tools
+
     # -------------------------------------------------- json / grammar payloads
 
     def _step_payload(self, run: _CallRun, final: bool) -> bool:
         p = run.c.payload
         buf, n = self.buf, len(self.buf)
         if not run.started:
-            i = self._skip_ws(run)
+            i = self.pos
+            if i < n and buf[i] in _WS:
+                i = self._skip_ws(run)
             if i >= n:
                 return False
             if p.fence and not final and n - i < 3 and "```".startswith(buf[i:]):
@@ -772,6 +940,7 @@ class Machine:
                 j = buf.find("\n", i)
                 if j < 0:
                     if not final and n - i < 16:
+                        self.need, self.wake = i + 16, "\n"  # nothing to decide before
                         return False
                     j = i + 3
                     while j < n and buf[j].isalnum():
@@ -835,9 +1004,10 @@ class Machine:
             if self.sink.streaming:
                 if run.name is None and p.fields is not None and run.probe < _PROBE_CHARS:
                     run.probe += len(frag)  # a UI wants the name early: look near the start
-                    nm = _NAME_PROBE.search("".join(run.payload)[:_PROBE_CHARS])
-                    if nm is not None and nm.group(1) in p.fields["name"]:
-                        run.progress_name = nm.group(2)
+                    if '"' in frag:  # (the name's closing quote: only then can it be found)
+                        nm = _NAME_PROBE.search("".join(run.payload)[:_PROBE_CHARS])
+                        if nm is not None and nm.group(1) in p.fields["name"]:
+                            run.progress_name = nm.group(2)
                 self.sink.progress(run.name or run.progress_name, frag)
         if status == "more":
             return False
@@ -858,7 +1028,7 @@ class Machine:
             from ._grammars import parse_payload
 
             try:
-                value = parse_payload(self.d, cast(str, p.grammar), text)
+                value = parse_payload(self.d, cast(str, p.grammar), text, p.json_values)
             except NestingTooDeep:
                 self._malformed(run, _TOO_DEEP)
                 return True
@@ -987,7 +1157,25 @@ class Machine:
             self._consume(run, end)
             return False
         self._consume(run, m.end())
+        if run.c.payload.search and self._search_lists(run):
+            return True
         self._passthrough(run, "call-malformed")
+        return True
+
+    def _step_drop(self, run: _CallRun, final: bool) -> bool:
+        """A call whose header broke off (header `breaks`): markup that is no call. It is
+        dropped through its close marker, or up to the next call's open marker."""
+        buf = self.buf
+        table = run.c.drop_until
+        m = table.search(buf, self.pos, final)
+        if m is None:
+            end = len(buf) if final else len(buf) - table.holdback(buf, self.pos)
+            self._consume(run, end)
+            return False
+        self._consume(run, m.end() if table.actions[m.group()] == "close" else m.start())
+        self.call = None
+        self.region = run.ret
+        self.sink.warn("call-header-unterminated-dropped")
         return True
 
     def _call_eof(self, finish_reason: str | None) -> None:
@@ -995,6 +1183,8 @@ class Machine:
         assert run is not None
         if run.phase in ("after", "close") and run.values:
             self._finish_call(run)
+            return
+        if finish_reason != "length" and self._mend(run):
             return
         if self._rewind(run):  # the unfinished tail is text, not a cut-off call
             return
@@ -1027,6 +1217,81 @@ class Machine:
             return
         self._passthrough(run, "incomplete-call")
 
+    def _mend(self, run: _CallRun) -> bool:
+        """Repairs `missing-final-bracket` / `unbalanced-quotes`: a Python call list the
+        model finished without its closing bracket, or with a quote around a call never
+        closed, read at the end of the output (never when it was cut off) - only when every
+        call in it names an offered tool."""
+        p = run.c.payload
+        brackets = "missing-final-bracket" in self.allowed
+        quotes = "unbalanced-quotes" in self.allowed
+        if run.phase != "payload" or p.kind != "grammar" or not (brackets or quotes) \
+                or run.bal is None or not run.bal.started:
+            return False
+        text = "".join(run.payload)
+        got = mend_call_list(text, brackets, quotes)
+        if got is None:
+            return False
+        mended, end, used = got
+        if too_deep(mended):
+            return False
+        from ._grammars import parse_payload
+
+        try:
+            value = parse_payload(self.d, cast(str, p.grammar), mended, p.json_values)
+        except ValueError:  # NestingTooDeep included
+            return False
+        if end < len(text):
+            self._unconsume(run, text[end:])  # what follows the list is read again: text
+        run.payload = []
+        run.plen = 0
+        run.bal = None
+        run.started = False
+        run.values.append(value)
+        run.repairs.extend(used)
+        run.lenient = True
+        self._finish_call(run)
+        return True
+
+    def _search_lists(self, run: _CallRun) -> bool:
+        """Payload `search: offered`: a block of code that is no call list may hold one
+        (`return [calc(radius=5)]`): call lists inside it whose calls all name offered
+        tools are its calls; the rest of the block was the model's wrapping code."""
+        text = "".join(run.raw)
+        spans: dict[int, int] | None = None
+        values: list[Any] = []
+        after = tries = 0
+        from ._grammars import parse_payload
+
+        for m in _LIST_START.finditer(text):
+            i = m.start()
+            if i < after or not self._offered(m.group(1)):
+                continue
+            if spans is None:
+                spans = list_spans(text)
+            j = spans.get(i)
+            tries += 1
+            if j is None or tries > 64:
+                continue
+            segment = text[i:j]
+            if too_deep(segment):
+                continue
+            try:
+                value = parse_payload(self.d, cast(str, run.c.payload.grammar), segment,
+                                      run.c.payload.json_values)
+            except ValueError:
+                continue
+            if isinstance(value, list) and value:
+                values.append(value)
+                after = j
+        if not values:
+            return False
+        run.values = values
+        run.repairs = []  # (the block's own failure to read as calls is no repair)
+        run.lenient = True
+        self._finish_call(run)
+        return True
+
     def _next_start(self, run: _CallRun) -> bool:
         """A call at the start of the content that does not fit gives way to the next start
         shape that may begin with its text: the text is read again (each shape once)."""
@@ -1049,7 +1314,12 @@ class Machine:
             run.deep = True
         if self._rewind(run):
             return
-        if run.c.close and not run.anchored and run.phase != "skip":
+        # A call that does not fit is skipped through its close marker and given back as
+        # text - except inside reasoning, where an open marker is often just mentioned
+        # ("I could use <tool_call> here"): skipping would swallow the reasoning's own close
+        # marker, so the text goes back at once and the reasoning reads on.
+        if run.c.close and not run.anchored and run.phase != "skip" \
+                and run.ret.kind != "reasoning":  # (a section opened in reasoning is no mention)
             run.phase = "skip"
             run.repairs.append(why)
             return
@@ -1066,13 +1336,14 @@ class Machine:
         self.call = None
         self.region = run.ret
         raw = "".join(run.raw)
-        kind = "reasoning" if run.ret.kind == "reasoning" else "content"
+        kind = run.ret.text
         self.sink.text(kind, raw)
         if kind == "content" and raw.strip(_WS):
             self.start_ok = False
         if run.deep or why == _TOO_DEEP:  # said even at the start: it is hostile, not prose
             self.sink.warn(f"{_TOO_DEEP}-kept-as-text")
-        elif not run.anchored:
+        elif not run.anchored and kind == "content" and not run.c.offered:
+            # (in reasoning: a mention, nothing lost; a lenient shape: ordinary text)
             self.sink.warn(f"{why}-kept-as-text")
 
     # -------------------------------------------------- tagged parameters
@@ -1182,13 +1453,18 @@ class Machine:
                 run.confirming.append(self._consume(run, i))
             if i >= n and not final:
                 return False
-            if i < n and pd.confirm.match(buf, i, final) is None:
-                if not final and pd.confirm.is_prefix_at(buf, i):
+            confirm = pd.confirm_end if run.ending >= 0 else pd.confirm
+            if i < n and confirm.match(buf, i, final) is None:
+                if not final and confirm.is_prefix_at(buf, i):
                     return False
                 run.value.extend(run.confirming)  # it was text inside the value
                 run.confirming = None
+                run.ending = -1
                 return True
-            run.confirming = None
+            pending, run.confirming = run.confirming, None
+            if run.ending >= 0:  # the call's close marker: read again, after this value
+                self._unconsume(run, "".join(pending[run.ending:]))
+                run.ending = -1
             return self._end_value(run, pd)
         table = run.value_end
         assert table is not None  # set when the value opened
@@ -1204,9 +1480,26 @@ class Machine:
         if what == "close" and pd.confirm:
             run.confirming = [self._consume(run, m.end())]
             return True
+        if what == "end" and pd.confirm_end:
+            run.confirming = [self._consume(run, m.end())]
+            run.ending = 0
+            return True
         if what == "close":
             self._consume(run, m.end())
         return self._end_value(run, pd)
+
+    def _unconsume(self, run: _CallRun, text: str) -> None:
+        """Give back `text`, the last characters this call consumed: they are read again."""
+        k = len(text)
+        while k:
+            last = run.raw[-1]
+            if len(last) <= k:
+                run.raw.pop()
+                k -= len(last)
+            else:
+                run.raw[-1] = last[:-k]
+                k = 0
+        self._give_back(text)
 
     def _end_value(self, run: _CallRun, pd: Any) -> bool:
         value = "".join(run.value)
@@ -1237,6 +1530,16 @@ class Machine:
         if calls is None:
             self._passthrough(run, "payload-not-a-call")
             return
+        if (run.c.offered or run.lenient) and not all(self._offered(c[0]) for c in calls):
+            self._passthrough(run, "tool-not-offered")  # a lenient reading names known tools
+            return
+        if self.d.repeats:
+            key = json.dumps([(c[0], c[1]) for c in calls], sort_keys=True, ensure_ascii=False)
+            if key in self.lists:  # the model restating calls it already made
+                self._passthrough(run, "repeated-calls")
+                self.sink.warn("repeated-calls-kept-as-text")
+                return
+            self.lists.add(key)
         raw = "".join(run.raw)
         for name, args, call_id, repairs in calls:
             self.sink.call(name, args, call_id, raw, repairs)
@@ -1255,6 +1558,8 @@ class Machine:
                 if declared_attr is not None and declared is None and types:
                     declared = "json"
                 args[key] = read_value(raw, schema.get(key), declared)
+            if "arguments-parameter" in self.allowed and len(args) == 1:
+                args = self._wrapped_parameter(cast(str, run.name), args, repairs)
             return self._escapes([(run.name, args, run.call_id, repairs)])
         out = []
         wrapped = p.fields["calls"] if p.fields is not None else ()
@@ -1277,13 +1582,17 @@ class Machine:
         (Markdown escaping) reads `solve_quadratic`."""
         if "markdown-escapes" not in self.allowed:
             return calls
+        # The output escapes `_` in names (it was rendered as Markdown): then its string
+        # values were escaped the same way, and read unescaped too.
+        escaped = any("\\_" in c[0] or any("\\_" in k for k in c[1]) for c in calls)
+        if not escaped:
+            return calls
         out = []
         for name, args, call_id, repairs in calls:
-            if "\\_" in name or any("\\_" in k for k in args):
-                name = name.replace("\\_", "_")
-                args = {k.replace("\\_", "_"): v for k, v in args.items()}
-                if "markdown-escapes" not in repairs:
-                    repairs.append("markdown-escapes")
+            name = name.replace("\\_", "_")
+            args = {k.replace("\\_", "_"): _md_values(v) for k, v in args.items()}
+            if "markdown-escapes" not in repairs:
+                repairs.append("markdown-escapes")
             out.append((name, args, call_id, repairs))
         return out
 
@@ -1348,6 +1657,25 @@ class Machine:
         return (name, self._unwrap(args, name, repairs),
                 call_id if isinstance(call_id, str) else None, repairs)
 
+    def _wrapped_parameter(self, name: str, args: dict[str, Any],
+                           repairs: list[str]) -> dict[str, Any]:
+        """Repair `arguments-parameter`: a call of an offered tool whose only parameter is
+        `arguments` or `input`, holding an object (or its JSON text), when the tool's schema
+        has no such parameter: the object is the real arguments."""
+        (key, value), = args.items()
+        tool = self.tools.get(name)
+        if key not in _WRAPPER_KEYS or name not in self.tools or key in _properties(tool):
+            return args
+        if isinstance(value, str) and value.strip()[:1] == "{":
+            try:
+                value = loads(value)
+            except ValueError:  # NestingTooDeep included: then it stays as written
+                return args
+        if not isinstance(value, dict):
+            return args
+        repairs.append("arguments-parameter")
+        return value
+
     def _unwrap(self, args: dict[str, Any], name: str, repairs: list[str]) -> dict[str, Any]:
         if "double-wrapped-arguments" in self.allowed and len(args) == 1 \
                 and isinstance(args.get("arguments"), dict) \
@@ -1358,6 +1686,22 @@ class Machine:
 
 
 _MISSING = object()
+# a call list inside a block of code: [name( or ['name(
+_LIST_START = re.compile(r"""\[\s*['"]?((?:[A-Za-z_]|\\_)(?:[\w.\-]|\\_)*)\s*\(""")
+
+
+def _md_values(value: Any, depth: int = 0) -> Any:
+    """String values with Markdown's `\\_` read as `_` (nested values too)."""
+    if isinstance(value, str):
+        return value.replace("\\_", "_") if "\\_" in value else value
+    if depth > 2 * MAX_DEPTH:
+        return value
+    if isinstance(value, list):
+        return [_md_values(v, depth + 1) for v in value]
+    if isinstance(value, dict):
+        return {k: _md_values(v, depth + 1) for k, v in value.items()}
+    return value
+_WRAPPER_KEYS = ("arguments", "input")
 
 
 def _lookup(item: dict[str, Any], keys: tuple[str, ...], missing: Any = None) -> Any:
@@ -1383,6 +1727,21 @@ def _properties(params: Any) -> dict[str, Any]:
         if isinstance(props, dict):
             return props
     return {}
+
+
+def _no_header(action: tuple[Any, ...], buf: str, i: int, r: Region) -> bool:
+    """Whether the marker before `buf[i]` opens a lenient call shape whose header cannot
+    begin with that character: then the marker is text (what the header step finds)."""
+    if action[0] != "call" or not action[1].offered or r.tentative:
+        return False
+    h = action[1].header
+    return h is not None and h.foreign is not None and buf[i] not in _WS \
+        and h.foreign.match(buf, i) is not None
+
+
+def _yields(action: tuple[Any, ...]) -> bool:
+    """Whether a marker gives way to the start shapes: a lenient call's open marker."""
+    return action[0] == "call" and action[1].offered
 
 
 def _phase(run: _CallRun) -> Any:

@@ -3,7 +3,10 @@
 A value's type comes from an explicit type attribute when the format has one
 (`string="true"`, `type="number"`), otherwise from the tool's JSON schema for that
 parameter. Strings stay the raw text (even `0042` or JSON-looking text); other types
-are read as JSON, with Python literals (True/False/None) accepted. When a union allows
+are read as JSON, with Python literals (True/False/None) accepted, and an array or object
+written backslash-escaped (`[{\\"a\\": 1}]`, as GLM does) read once unescaped. Common
+non-standard type names in schemas (`int`, `float`, `double`, `bool`, `dict`, `list`)
+mean their JSON types. When a union allows
 a string and something else, the non-string reading is preferred if it fits. Text that
 cannot be read as its declared type is kept as the raw string (validation reports it).
 """
@@ -20,6 +23,10 @@ __all__ = ["read_value", "schema_types", "type_value"]
 
 _PY = {"True": True, "False": False, "None": None}
 _JSON_TYPES = ("string", "integer", "number", "boolean", "null", "array", "object")
+# Type names that tool schemas written for Python (BFCL-style `dict`, `float`) or other
+# languages use instead of JSON Schema's: each reads as the JSON type it means.
+_TYPE_ALIASES = {"int": "integer", "float": "number", "double": "number", "bool": "boolean",
+                 "dict": "object", "list": "array", "str": "string", "tuple": "array"}
 
 
 def schema_types(schema: Any, depth: int = 0) -> set[str]:
@@ -29,9 +36,9 @@ def schema_types(schema: Any, depth: int = 0) -> set[str]:
     out: set[str] = set()
     t = schema.get("type")
     if isinstance(t, str):
-        out.add(t)
+        out.add(_TYPE_ALIASES.get(t, t))
     elif isinstance(t, list):
-        out.update(x for x in t if isinstance(x, str))
+        out.update(_TYPE_ALIASES.get(x, x) for x in t if isinstance(x, str))
     for key in ("anyOf", "oneOf", "allOf"):
         for sub in schema.get(key) or ():
             out |= schema_types(sub, depth + 1)
@@ -75,6 +82,17 @@ def _read(raw: str) -> tuple[bool, Any]:
             raise
         except RepairFailed:
             pass
+        if '\\"' in text:  # JSON written backslash-escaped, as inside a string: {\"a\": 1}
+            try:
+                inner = json.loads('"' + text + '"')
+            except ValueError:
+                return False, None
+            if too_deep(inner):
+                raise NestingTooDeep(f"nested deeper than {MAX_DEPTH} brackets")
+            try:
+                return True, json.loads(inner)
+            except (ValueError, RecursionError):
+                pass
     return False, None
 
 

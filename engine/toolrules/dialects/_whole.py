@@ -20,6 +20,7 @@ import json
 import json.scanner
 import re
 import weakref
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, cast
 
 from .._types import ParsedResponse, ToolCall
@@ -49,7 +50,7 @@ class _Call:
     """A call shape the fast path reads: `open JSON close`, the name and arguments under
     the first of their keys (anything else is the Machine's)."""
 
-    __slots__ = ("args_key", "array", "close", "name_key", "starts")
+    __slots__ = ("args_key", "array", "close", "name_key", "only_close", "starts")
 
     def __init__(self, c: CallDef):
         p = c.payload
@@ -60,6 +61,7 @@ class _Call:
         self.args_key = p.fields["arguments"][0]
         # the close markers, longest first (as the Machine's alternation tries them)
         self.close = tuple(sorted(c.close, key=len, reverse=True))
+        self.only_close = self.close[0] if len(self.close) == 1 else None
 
 
 class _Region:
@@ -69,8 +71,8 @@ class _Region:
         self.search = r.exits.regex.search if r.exits.regex is not None else None
         self.kind = _KINDS.get(r.kind, _UNKNOWN)
         if r.kind == "section":
-            self.kind = _NOISE if r.noise else _SECTION
-        self.tentative = r.kind == "reasoning" and r.tentative
+            self.kind = _NOISE if r.noise else (_SECTION if r.text == "content" else _UNKNOWN)
+        self.tentative = r.tentative
         self.actions: dict[str, tuple[Any, ...]] = {}
 
 
@@ -121,7 +123,8 @@ class WholePlan:
               repairs: frozenset[str], ids: str, decline: frozenset[str],
               heuristics: Any) -> WholePlan | None:
         region, header, _msg, call = start_state
-        if header is not None or call is not None or heuristics or d.dedupe or decline:
+        if header is not None or call is not None or heuristics or d.dedupe or d.repeats \
+                or decline:
             return None
         if d.messages is not None or d.undecided is not None or d.content.start_calls:
             return None
@@ -133,14 +136,8 @@ class WholePlan:
         return cls(tables[region], d.strip, tools, ids == "sequential", repairs)
 
 
-def _skip_ws(text: str, i: int, n: int) -> int:
-    """The first non-whitespace position from i (one or two blanks without a regex)."""
-    if i < n and text[i] in _WS:
-        i += 1
-        if i < n and text[i] in _WS:
-            m = _WS_RUN.match(text, i)
-            i = m.end() if m is not None else i
-    return i
+# a run of zero or more blanks always matches: typed as never None
+_ws_run = cast("Callable[[str, int], re.Match[str]]", _WS_RUN.match)
 
 
 def parse_whole(plan: WholePlan, text: str, finish_reason: str | None) -> ParsedResponse | None:
@@ -183,19 +180,28 @@ def parse_whole(plan: WholePlan, text: str, finish_reason: str | None) -> Parsed
             if region.tentative:  # a call there counts only if the reasoning never closes
                 return None
             c = action[1]
-            start = _skip_ws(text, pos, n)
+            start = pos
+            if start < n and text[start] in _WS:
+                start = _ws_run(text, start).end()
             if start >= n or text[start] not in c.starts:
                 return None
             try:
                 value, stop = _SCAN(text, start)
             except (StopIteration, ValueError, RecursionError):
                 return None
-            at = _skip_ws(text, stop, n)
-            for close in c.close:
-                if text.startswith(close, at):
-                    break
+            at = stop
+            if at < n and text[at] in _WS:
+                at = _ws_run(text, at).end()
+            close = c.only_close
+            if close is not None:
+                if not text.startswith(close, at):
+                    return None
             else:
-                return None
+                for close in c.close:
+                    if text.startswith(close, at):
+                        break
+                else:
+                    return None
             # a decoded value nested d deep is at least 2d characters long
             if stop - start > 2 * MAX_DEPTH and too_deep(text, start, stop):
                 return None

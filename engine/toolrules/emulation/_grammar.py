@@ -405,8 +405,11 @@ def build_call_grammar(part: Any, tools: Any, model: Any = None, *, format: str 
 
 
 def text_markers(dialect: Dialect) -> tuple[str, ...]:
-    """The markers that end plain text in `dialect` (its content region's exits)."""
-    return tuple(sorted({m for m in dialect.content.exits.actions if m}))
+    """The markers that end plain text in `dialect` (its content region's exits). A lenient
+    call shape's open marker (`{` or `[` after prose, read only as calls of offered tools)
+    is ordinary text."""
+    return tuple(sorted({m for m, action in dialect.content.exits.actions.items()
+                         if m and not (action[0] == "call" and action[1].offered)}))
 
 
 def _arguments_schema(tool: Tool) -> Any:

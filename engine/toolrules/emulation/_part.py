@@ -243,10 +243,14 @@ class EmulationPart(Part):
             return written
         parser = reader()
         want = [(c.name, c.arguments) for c in calls]
-        for candidate in (f"{text}\n\n{written}", f"{written}\n\n{text}"):
-            got = parser.parse(candidate)
-            if [(c.name, c.arguments) for c in got.tool_calls] == want:
-                return candidate
+        candidates = (f"{text}\n\n{written}", f"{written}\n\n{text}")
+        read = [parser.parse(candidate) for candidate in candidates]
+        # the order that reads back as the same calls and the same text; else the calls
+        for exact in (True, False):
+            for candidate, got in zip(candidates, read):
+                if [(c.name, c.arguments) for c in got.tool_calls] == want \
+                        and (not exact or got.content == text):
+                    return candidate
         return f"{text}\n\n{written}"
 
     def render_template(self, name: str, context: Mapping[str, Any]) -> str:

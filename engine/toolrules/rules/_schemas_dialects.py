@@ -10,7 +10,8 @@ __all__ = ["KIND_SCHEMAS", "REPAIRS"]
 
 REPAIRS = ("trailing-commas", "single-quotes", "unquoted-keys", "python-literals",
            "missing-final-brace", "function-key", "args-key", "parameters-key",
-           "double-wrapped-arguments", "arguments-json-string", "markdown-escapes")
+           "double-wrapped-arguments", "arguments-json-string", "markdown-escapes",
+           "arguments-parameter", "missing-final-bracket", "unbalanced-quotes")
 
 _MARKERS = {"type": ["string", "list"], "schema": {"type": "string", "empty": False},
             "empty": False}
@@ -55,6 +56,10 @@ _PARAM = {
         "confirm": _strlist("a close marker only counts when one of these follows it "
                             "(otherwise it is text inside the value)",
                             "confirm: ['<|open|>argument']"),
+        "confirm_end": _strlist("with close_optional: the call's close marker inside a value "
+                                "ends the value only when one of these (or the end of the "
+                                "output) follows it; otherwise it is text inside the value",
+                                "confirm_end: ['</tool_call>', '<function=']"),
         "trim": _str("whitespace removed around a value", "trim: newline",
                      allowed=["none", "newline", "strip"]),
         "types": {"type": "dict", "keysrules": {"type": "string"},
@@ -96,6 +101,15 @@ _PAYLOAD = {
         "brackets": _str("bracket characters that nest", "brackets: '()[]{}'"),
         "starts": _str("characters a payload may start with", "starts: '['"),
         "until_close": _bool("a grammar payload runs to the call's close marker (not bracketed)"),
+        "json_values": {"type": ["boolean", "string"], "allowed": [True, False, "lists"],
+                        **_doc("true: the grammar reads JSON lists and dicts as JSON does, "
+                               "so values written as plain JSON are read by the JSON decoder "
+                               "(the same values, much faster); lists: only lists of "
+                               "numbers, booleans and nulls (a grammar with its own string "
+                               "and object syntax)", "json_values: true")},
+        "search": _str("offered: when the payload does not read as calls (a block of code), "
+                       "call lists inside it whose calls all name offered tools are read",
+                       "search: offered", allowed=["offered"]),
     },
 }
 
@@ -107,6 +121,9 @@ _CALL = {
                             "start of the content", "open: '<tool_call>'"), "nullable": True},
         "at": _str("where a call without an open marker may begin", "at: start",
                    allowed=["start", "anywhere"]),
+        "names": _str("offered: a lenient shape whose calls count only when every one names "
+                      "an offered tool; otherwise its text stays text, silently",
+                      "names: offered", allowed=["offered"]),
         "in": _str_or_list("regions where the open marker is active: content and/or section "
                            "names", "in: [calls]"),
         "close": {**_markers("marker(s) that end a call", "close: '</tool_call>'"),
@@ -118,10 +135,22 @@ _CALL = {
             "schema": {
                 "until": {**_markers("marker(s) ending the header", "until: '[ARGS]'"),
                           "required": True},
-                "keep": _bool("the until marker is not consumed (it starts the payload)"),
+                "keep": {"type": ["boolean", "string", "list"],
+                         "schema": {"type": "string", "empty": False},
+                         **_doc("the until marker is not consumed (it starts the payload): "
+                                "true for every until marker, or the markers that are kept",
+                                "keep: ['{']")},
                 "pattern": _str("regex over the header; groups name, id, self_close",
                                 "pattern: '^\\s*(?P<name>[\\w.-]+)\\s*$'"),
                 "optional": _bool("no header when the payload starts at once"),
+                "in_payload": _bool("the header, from the open marker on, is also the start "
+                                    "of the payload (a call list's first name, checked "
+                                    "before the list is read); its name is not the tool's"),
+                "breaks": _strlist("markers that cannot stand in a header before its end "
+                                   "marker: the call is not a call; it is dropped, with a "
+                                   "warning, through its close marker or up to the next "
+                                   "call (given back as text if neither comes)",
+                                   "breaks: ['\n', '<']"),
                 "unescape": _str("decode entities in captured values", "unescape: xml",
                                  allowed=["xml"]),
                 "chars": _str("regex class body: the characters a header may hold; any other "
@@ -159,7 +188,12 @@ DIALECT_SCHEMA: dict[str, Any] = {
             "close": {**_markers("closing marker(s)", "close: '</think>'"), "required": True},
             "calls": _str("whether calls inside reasoning count", "calls: unclosed",
                           allowed=["never", "unclosed", "always"]),
-            "implicit": _bool("text before a closing marker with no opening one is reasoning"),
+            "implicit": _bool("text before a closing marker with no opening one is reasoning "
+                              "(also when the generation prompt opened it): without a "
+                              "closing marker the reply is content"),
+            "cut_off": _str("with implicit: what text without a closing marker is when the "
+                            "output was cut off (finish_reason length)", "cut_off: reasoning",
+                            allowed=["content", "reasoning"]),
         }},
     },
     "drop": _strlist("markers removed from text (stop tokens, wrappers)",
@@ -194,7 +228,10 @@ DIALECT_SCHEMA: dict[str, Any] = {
     },
     "repairs": {"type": "list", "schema": {"type": "string", "allowed": list(REPAIRS)},
                 **_doc("repairs allowed for this format", "repairs: [trailing-commas]")},
-    "dedupe": _bool("drop a call identical to an earlier one"),
+    "dedupe": {"type": ["boolean", "string"], "allowed": [True, False, "repeats"],
+               **_doc("true: drop a call identical to an earlier one; repeats: a call list "
+                      "that repeats an earlier one call for call is text (a model restating "
+                      "its calls), not more calls", "dedupe: repeats")},
     "decline": _strlist("tool names that mean \"no call\" (a decline idiom): such a call "
                         "is dropped with a warning unless a tool of that name is offered",
                         "decline: [no_function]"),

@@ -454,3 +454,27 @@ def test_untrusted_template_stays_in_the_sandbox(engine):
     with pytest.raises(TemplateRaised) as err:
         engine.inspect_template("{{ messages.__class__.__mro__[1].__subclasses__() }}")
     assert err.value.raised is False
+
+
+# a template that writes each call's id as its header (as Kimi-K2-Thinking's does): the
+# probe call reads back only when its id carries the tool's name
+ID_AS_HEADER = """
+{%- for m in messages -%}
+<|im_{{ m.role }}|>{{ m.content if m.content is string else '' }}
+{%- if m.tool_calls is defined and m.tool_calls -%}
+<|tool_calls_section_begin|>
+{%- for c in m.tool_calls -%}
+<|tool_call_begin|>{{ c.id }}<|tool_call_argument_begin|>{{ c.function.arguments | tojson }}<|tool_call_end|>
+{%- endfor -%}
+<|tool_calls_section_end|>
+{%- endif -%}<|im_end|>
+{% endfor -%}
+{%- if add_generation_prompt %}<|im_assistant|>{% endif -%}
+"""
+
+
+def test_ids_written_as_headers_ask_for_named_ids(engine):
+    r = engine.inspect_template(ID_AS_HEADER)
+    assert r.call.dialect == "kimi-k2"
+    assert r.capability["turn_call_ids"] == "functions.{name}:{index}"
+    assert any("turn_call_ids" in n for n in r.notes)

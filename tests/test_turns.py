@@ -256,6 +256,19 @@ def test_parallel_calls_become_one_call_a_message_each_with_its_result(eng):
     assert [(r.action, r.messages) for r in t.rewrites] == [("calls-split", (1,))]
 
 
+def test_call_ids_take_the_form_the_template_reads(eng):
+    c2 = ToolCall("toolu_02", "read_file", {"path": "a"})
+    msgs = [Message("user", "u"), Message("assistant", None, (CALL, c2)),
+            Message("tool", "r1", tool_call_id="c1"), Message("tool", "r2", tool_call_id="toolu_02"),
+            Message("assistant", None, (ToolCall("x", "get_weather", {"city": "Oslo"}),)),
+            Message("tool", "r3", tool_call_id="x")]
+    t = eng.normalize_turns(msgs, "moonshotai/Kimi-K2-Thinking")
+    ids = [c.id for m in t.messages for c in m.tool_calls]
+    assert ids == ["functions.get_weather:0", "functions.read_file:1", "functions.get_weather:2"]
+    assert [m.tool_call_id for m in t.messages if m.role == "tool"] == ids
+    assert [r.action for r in t.rewrites] == ["call-ids-rewritten"]
+
+
 def test_results_move_right_after_their_calls_and_orphans_become_text(eng):
     c2 = ToolCall("c2", "get_weather", {"city": "Rome"})
     msgs = [Message("user", "u"), Message("assistant", None, (CALL, c2)),
@@ -461,7 +474,8 @@ _CONSTRAINTS = st.fixed_dictionaries({
     "turn_roles": st.sampled_from([(), ("tool",)]),
     "turn_content_required": st.booleans(), "turn_text_with_calls": st.booleans(),
     "turn_history_calls": st.booleans(), "turn_results_follow_calls": st.booleans(),
-    "turn_calls_per_message": st.sampled_from([None, 1])})
+    "turn_calls_per_message": st.sampled_from([None, 1]),
+    "turn_call_ids": st.sampled_from([None, "functions.{name}:{index}"])})
 
 
 def _all_text(msgs: Any) -> str:

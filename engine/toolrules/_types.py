@@ -376,6 +376,11 @@ class Capability:
     """At most this many calls in one assistant message (templates that refuse or drop a
     second call): a message with more is written as several, each followed by its
     results. Default None (any number)."""
+    turn_call_ids: str | None = None
+    """The call ids the template takes, as a pattern of `{name}` (the tool) and `{index}`
+    (the call's position in the conversation, from 0), e.g. `functions.{name}:{index}` for
+    a template that writes the id where the call's name belongs: the history's ids are
+    rewritten to it, results with them. Default None (ids as the client sent them)."""
     turn_results_follow_calls: bool = False
     """Tool results must directly follow the assistant message that made the calls, in
     order. Default False."""

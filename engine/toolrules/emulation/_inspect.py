@@ -37,6 +37,8 @@ _MAX_TEMPLATE_CHARS = 1 << 20
 
 # Probe words: lowercase letters only, so no template's trim, escaping or casing changes
 # them, and unlike anything a template writes on its own.
+# ids that carry the tool's name, for templates that write the id as the call's header
+_NAMED_IDS = "functions.{name}:{index}"
 _S1, _S2, _D1 = "zqxsystemone", "zqxsystemtwo", "zqxdeveloper"
 _U1, _U2, _U3 = "zqxuserone", "zqxusertwo", "zqxuserthree"
 _A0, _A1, _A2 = "zqxassistantzero", "zqxassistantone", "zqxassistanttwo"
@@ -214,7 +216,8 @@ def _call(content: Any = "", args: Mapping[str, Any] | None = None, *, as_text: 
         a = copy.deepcopy(dict(args if args is not None else _ARGS))
         if i:
             a["count"] = 42 + i
-        call_id = f"functions.{_TOOL_NAME}:{i}" if named_ids else f"call_zqx{i + 1}"
+        call_id = _NAMED_IDS.replace("{name}", _TOOL_NAME).replace("{index}", str(i)) \
+            if named_ids else f"call_zqx{i + 1}"
         tool_calls.append({"id": call_id, "type": "function",
                            "function": {"name": _TOOL_NAME,
                                         "arguments": json.dumps(a) if as_text else a}})
@@ -569,7 +572,7 @@ def _call_format(engine: Any, r: _Renderer, p_gen: str, p_nogen: str,
                         "call reads back only when ids carry the name (functions.NAME:INDEX)")
             notes.append("call ids in the history must carry the tool's name "
                          "(functions.NAME:INDEX), as the model writes them; other ids make "
-                         "earlier calls read as calls of another tool")
+                         "earlier calls read as calls of another tool: turn_call_ids")
         if tricky is False:
             notes.append(f"a string argument with quotes, markup and a newline does not read "
                          f"back unchanged through {best}")
@@ -718,6 +721,9 @@ def _derive(engine: Any, pr: _Prober, call: CallFormat, reasoning: ReasoningForm
     out: dict[str, Any] = {"native_tools": renders_tools}
     if call.dialect is not None:
         out["dialect"] = call.dialect
+    if call.note and "where the tool's name belongs" in call.note:
+        # the probe call read back only with ids that carry the name (see _call_format)
+        out["turn_call_ids"] = _NAMED_IDS
         if call.repairs:
             out["quirks"] = tuple(call.repairs)
         trained = {st.dialect for st in engine.emulation_styles() if st.trained}

@@ -11,6 +11,7 @@ message the template renders. Each rewrite is recorded as a `TurnRewrite` (the a
 log, the trace and `toolrules request --explain` show them).
 
 The steps, in order (each only when its constraint asks for it):
+0. call ids take the form the template reads;
 1. calls and results the template cannot take are written as text in the model's own
    format (no tool role, calls not rendered in the history, text beside calls dropped
    where turns must alternate);
@@ -32,7 +33,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from .._types import Capability, ContentPart, Message
+from .._types import Capability, ContentPart, Message, ToolCall
 
 __all__ = ["TurnRewrite", "Turns", "is_permissive", "normalize_turns", "violations"]
 
@@ -79,6 +80,8 @@ _WHY = {
                      "false): they are written as text in the model's format",
     "text-with-calls": "the template drops text written beside calls "
                        "(turn_text_with_calls: false)",
+    "call-ids": "the template writes a call's id where its name belongs: ids take the "
+                "form it reads (turn_call_ids)",
     "calls-per-message": "the template takes one call per assistant message "
                          "(turn_calls_per_message)",
     "results-follow": "tool results must directly follow the turn that made the calls "
@@ -103,7 +106,8 @@ def is_permissive(cap: Capability) -> bool:
     return (cap.turn_system == "anywhere" and not cap.turn_alternate
             and "tool" in cap.turn_roles and cap.turn_history_calls
             and cap.turn_text_with_calls and not cap.turn_results_follow_calls
-            and not cap.turn_content_required and not cap.turn_calls_per_message)
+            and not cap.turn_content_required and not cap.turn_calls_per_message
+            and not cap.turn_call_ids)
 
 
 def normalize_turns(messages: Sequence[Message], cap: Capability, *,
@@ -118,6 +122,7 @@ def normalize_turns(messages: Sequence[Message], cap: Capability, *,
         return Turns(tuple(messages))
     n = _Normalizer(cap, calls_as_text, system_block, join)
     slots = [_Slot(m, (i,)) for i, m in enumerate(messages)]
+    slots = n.call_ids(slots)
     slots = n.calls_and_results(slots)
     slots = n.text_beside_calls(slots)
     slots = n.calls_per_message(slots)
@@ -139,6 +144,39 @@ class _Normalizer:
 
     def record(self, action: str, origin: Sequence[int], why: str) -> None:
         self.rewrites.append(TurnRewrite(action, tuple(sorted(set(origin))), _WHY[why]))
+
+    # ------------------------------------------------------------ 0. call ids
+
+    def call_ids(self, slots: list[_Slot]) -> list[_Slot]:
+        """The history's call ids in the form the template takes (results keep matching)."""
+        pattern = self.cap.turn_call_ids
+        if not pattern:
+            return slots
+        index = 0
+        renamed: dict[str, str] = {}
+        changed: list[int] = []
+        for s in slots:
+            m = s.m
+            if m.role == "assistant" and m.tool_calls:
+                calls = []
+                for c in m.tool_calls:
+                    new = pattern.replace("{name}", c.name).replace("{index}", str(index))
+                    index += 1
+                    if c.id:
+                        renamed[c.id] = new
+                    calls.append(c if c.id == new else ToolCall(new, c.name, c.arguments))
+                if tuple(calls) != m.tool_calls:
+                    s.m = Message(m.role, m.content, tuple(calls), m.tool_call_id, m.name,
+                                  m.reasoning_content, m.is_error)
+                    changed.extend(s.origin)
+            elif m.role == "tool" and m.tool_call_id in renamed and \
+                    renamed[m.tool_call_id] != m.tool_call_id:
+                s.m = Message(m.role, m.content, m.tool_calls, renamed[m.tool_call_id], m.name,
+                              m.reasoning_content, m.is_error)
+                changed.extend(s.origin)
+        if changed:
+            self.record("call-ids-rewritten", changed, "call-ids")
+        return slots
 
     # ------------------------------------------------------------ 1. calls as text
 
@@ -439,6 +477,16 @@ def violations(messages: Sequence[Message], cap: Capability) -> list[str]:
                        "(turn_calls_per_message)")
         if calls and cap.turn_content_required and m.content is None:
             out.append(f"messages[{i}]: calls without content (turn_content_required)")
+    if cap.turn_call_ids:
+        index = 0
+        for i, m in enumerate(messages):
+            for c in m.tool_calls:
+                want = cap.turn_call_ids.replace("{name}", c.name).replace("{index}",
+                                                                            str(index))
+                index += 1
+                if c.id != want:
+                    out.append(f"messages[{i}]: call id {c.id!r}, not {want!r} "
+                               "(turn_call_ids)")
     if cap.turn_results_follow_calls:
         owner: Message | None = None
         for i, m in enumerate(messages):

@@ -73,6 +73,11 @@ CAPABILITY_FIELDS: dict[str, dict[str, Any]] = {
         "at most this many calls in one assistant message (a template that refuses or drops "
         "a second call): more are written as several messages, each followed by its results",
         "turn_calls_per_message: 1")},
+    "turn_call_ids": _str("the call ids the chat template takes, as a pattern of {name} and "
+                          "{index} (from 0, over the conversation): the history's ids are "
+                          "rewritten to it", "turn_call_ids: 'functions.{name}:{index}'",
+                          nullable=True, regex=r"^(?:[^{}]|\{name\}|\{index\})*\{index\}"
+                          r"(?:[^{}]|\{name\}|\{index\})*$"),
     "turn_results_follow_calls": _bool("tool results must directly follow the message "
                                        "that made the calls"),
 }

@@ -176,13 +176,20 @@ def test_a_failing_upstream_leaves_the_configured_names(tmp_path, caplog, failur
             assert [m.id for m in oa(proxy).models.list()] == ["local-qwen"]
             assert [m.id for m in an(proxy).models.list().data] == ["local-qwen"]
             assert time.monotonic() - t0 < 2.5  # each listing bounded by models_timeout
-    warnings = [r.getMessage() for r in caplog.records if r.name == "toolrules.serve"]
+    warnings = _listing_warnings(caplog)
     assert len(warnings) == 2  # not kept: the next listing asks again
     assert "route 1 (openai-compatible at http://127.0.0.1:" in warnings[0]
     assert "only the configured names are listed" in warnings[0]
     reason = {"500": "models index broken", "not-json": "not JSON",
               "stalls": "timed out"}[failure]
     assert reason in warnings[0]
+
+
+def _listing_warnings(caplog: Any) -> list[str]:
+    """What the proxy logged about model listings (not, say, the start-time question for
+    a route's chat template)."""
+    return [r.getMessage() for r in caplog.records if r.name == "toolrules.serve"
+            and "GET /v1/models" in r.getMessage()]
 
 
 def test_an_unreachable_upstream_leaves_the_configured_names(tmp_path, caplog):
@@ -192,7 +199,7 @@ def test_an_unreachable_upstream_leaves_the_configured_names(tmp_path, caplog):
     with ProxyServer(config=cfg, tmp=tmp_path) as proxy:
         page = an(proxy).models.list()
     assert page.data == [] and page.has_more is False
-    (message,) = [r.getMessage() for r in caplog.records if r.name == "toolrules.serve"]
+    (message,) = _listing_warnings(caplog)
     assert "cannot reach 127.0.0.1:9" in message
 
 

@@ -11,7 +11,6 @@ message the template renders. Each rewrite is recorded as a `TurnRewrite` (the a
 log, the trace and `toolrules request --explain` show them).
 
 The steps, in order (each only when its constraint asks for it):
-0. call ids take the form the template reads;
 1. calls and results the template cannot take are written as text in the model's own
    format (no tool role, calls not rendered in the history, text beside calls dropped
    where turns must alternate);
@@ -24,7 +23,9 @@ The steps, in order (each only when its constraint asks for it):
    system role - carried as a wrapped block in the next user turn;
 5. user and assistant turns alternate: consecutive turns of one role merge, a user turn
    opens the conversation;
-6. an assistant turn with calls gets the content field its template reads.
+6. an assistant turn with calls gets the content field its template reads;
+7. call ids take the form the template reads (last: the index counts the calls the
+   template renders, after steps 1-2 wrote some as text or split them).
 """
 
 from __future__ import annotations
@@ -122,7 +123,6 @@ def normalize_turns(messages: Sequence[Message], cap: Capability, *,
         return Turns(tuple(messages))
     n = _Normalizer(cap, calls_as_text, system_block, join)
     slots = [_Slot(m, (i,)) for i, m in enumerate(messages)]
-    slots = n.call_ids(slots)
     slots = n.calls_and_results(slots)
     slots = n.text_beside_calls(slots)
     slots = n.calls_per_message(slots)
@@ -130,6 +130,7 @@ def normalize_turns(messages: Sequence[Message], cap: Capability, *,
     slots = n.systems(slots)
     slots = n.alternate(slots)
     slots = n.content(slots)
+    slots = n.call_ids(slots)  # last: the index counts the calls the template renders
     return Turns(tuple(s.m for s in slots), tuple(n.rewrites))
 
 
@@ -145,7 +146,7 @@ class _Normalizer:
     def record(self, action: str, origin: Sequence[int], why: str) -> None:
         self.rewrites.append(TurnRewrite(action, tuple(sorted(set(origin))), _WHY[why]))
 
-    # ------------------------------------------------------------ 0. call ids
+    # ------------------------------------------------------------ 7. call ids
 
     def call_ids(self, slots: list[_Slot]) -> list[_Slot]:
         """The history's call ids in the form the template takes (results keep matching)."""

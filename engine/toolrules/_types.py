@@ -58,10 +58,14 @@ class ToolCall:
     name: str
     arguments: dict[str, Any] = field(default_factory=dict)
 
-    # Parsers build these in their hot path: one dict update instead of a frozen
-    # __setattr__ per field (about twice as fast); instances stay frozen.
+    # Parsers build these in their hot path: the fields go straight into the instance
+    # dict instead of a frozen __setattr__ each (about three times as fast; a keyword
+    # dict.update is slower than item stores); instances stay frozen.
     def __init__(self, id: str | None, name: str, arguments: dict[str, Any] | None = None):
-        self.__dict__.update(id=id, name=name, arguments={} if arguments is None else arguments)
+        d = self.__dict__
+        d["id"] = id
+        d["name"] = name
+        d["arguments"] = {} if arguments is None else arguments
 
     def arguments_json(self) -> str:
         """The arguments as compact JSON text, unicode unescaped."""
@@ -219,10 +223,15 @@ class ParsedResponse:
     def __init__(self, content: str | None = None, reasoning_content: str | None = None,
                  tool_calls: tuple[ToolCall, ...] = (), finish_reason: str | None = None,
                  repairs: tuple[str, ...] = (), raw: Any = None,
-                 warnings: tuple[str, ...] = ()):  # one dict update: see ToolCall
-        self.__dict__.update(content=content, reasoning_content=reasoning_content,
-                             tool_calls=tool_calls, finish_reason=finish_reason,
-                             repairs=repairs, raw=raw, warnings=warnings)
+                 warnings: tuple[str, ...] = ()):  # straight into the dict: see ToolCall
+        d = self.__dict__
+        d["content"] = content
+        d["reasoning_content"] = reasoning_content
+        d["tool_calls"] = tool_calls
+        d["finish_reason"] = finish_reason
+        d["repairs"] = repairs
+        d["raw"] = raw
+        d["warnings"] = warnings
 
 
 class StreamChunkType(StrEnum):
@@ -256,9 +265,15 @@ class StreamChunk:
     def __init__(self, type: StreamChunkType, content: str | None = None,
                  index: int | None = None, tool_call_id: str | None = None,
                  tool_name: str | None = None, args_delta: str | None = None,
-                 arguments: dict[str, Any] | None = None):  # one dict update: see ToolCall
-        self.__dict__.update(type=type, content=content, index=index, tool_call_id=tool_call_id,
-                             tool_name=tool_name, args_delta=args_delta, arguments=arguments)
+                 arguments: dict[str, Any] | None = None):  # straight into the dict: see ToolCall
+        d = self.__dict__
+        d["type"] = type
+        d["content"] = content
+        d["index"] = index
+        d["tool_call_id"] = tool_call_id
+        d["tool_name"] = tool_name
+        d["args_delta"] = args_delta
+        d["arguments"] = arguments
 
     @property
     def is_complete(self) -> bool:

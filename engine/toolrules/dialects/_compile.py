@@ -38,7 +38,7 @@ def _as_list(value: Any) -> list[str]:
 class MarkerTable:
     """Literal markers of one region or phase, each bound to an action."""
 
-    __slots__ = ("actions", "firsts", "maxlen", "prefixes", "regex", "starts")
+    __slots__ = ("actions", "firsts", "maxlen", "memo", "prefixes", "regex", "starts")
 
     def __init__(self, pairs: Iterable[tuple[str, Any]] = ()):
         self.actions: dict[str, Any] = {}
@@ -50,6 +50,8 @@ class MarkerTable:
         self.maxlen = max((len(m) for m in markers), default=0)
         self.firsts = first_chars(self.prefixes)
         self.starts = first_chars(markers)  # any character a marker begins with
+        # the streaming scanner's decisions on short held-back texts (see Machine.feed)
+        self.memo: dict[str, int] = {}
 
     def search(self, buf: str, pos: int, final: bool = True,
                endpos: int | None = None) -> re.Match[str] | None:
@@ -170,10 +172,11 @@ class PayloadDef:
 
 
 class HeaderLane:
-    """For the scanner: the characters a header's step must look at: any its header may not hold, and any
-    that may begin its end marker or a marker of the region around it."""
+    """For the scanner: the characters a header's step must look at: any its header may
+    not hold, and any that may begin its end marker or a marker of the region around it;
+    and the markers the step looks for (`table`), with its decisions on short texts."""
 
-    __slots__ = ("notable",)
+    __slots__ = ("foreign", "memo", "notable", "table")
 
     def __init__(self, h: Any, exits: MarkerTable):
         table = h.ends_or_exits(exits)
@@ -182,6 +185,9 @@ class HeaderLane:
         if h.foreign is not None:
             parts.append(h.foreign.pattern)
         self.notable = re.compile("|".join(parts) or "(?!)")
+        self.table = table
+        self.foreign = h.foreign
+        self.memo: dict[str, int] = {}
 
 
 class HeaderDef:
@@ -265,8 +271,8 @@ class CallDef:
 class Region:
     """A text region: where its text goes and which markers leave it."""
 
-    __slots__ = ("exits", "kind", "name", "noise", "reasoning", "start_calls", "tentative",
-                 "text")
+    __slots__ = ("exits", "kind", "memo", "name", "noise", "reasoning", "start_calls",
+                 "tentative", "text")
 
     def __init__(self, kind: str, name: str):
         self.kind = kind          # content | reasoning | drop | section | between | undecided
@@ -279,6 +285,8 @@ class Region:
         # where text given back from a call here goes: a section opened inside reasoning
         # gives it back to the reasoning
         self.text = "reasoning" if kind == "reasoning" else "content"
+        # the streaming scanner's decisions on short held-back texts (see Machine.feed)
+        self.memo: dict[str, int] = {}
 
     def __repr__(self) -> str:
         return f"<Region {self.name}>"

@@ -64,6 +64,12 @@ _NAME_PROBE = re.compile(r'"([A-Za-z_]+)"\s*:\s*"([^"\\]{1,128})"')
 _KEY_REPAIRS = {"function": "function-key", "args": "args-key", "parameters": "parameters-key"}
 _TOO_DEEP = "nesting-too-deep"  # a value nested past MAX_DEPTH: the call is kept as text
 
+# what feed() may read without stepping the machine (Machine.lane)
+_REGION, _PAYLOAD, _VALUE, _HEADER, _RAW, _HOLD = range(6)
+# a payload head (a function name) waits for a character that may end it: a non-word one
+_HEAD_WAKE = re.compile(r"\W")
+_NEWLINE = re.compile("\n")
+
 _TEXT = StreamChunkType.TEXT
 _REASONING = StreamChunkType.REASONING
 _PROGRESS = StreamChunkType.TOOL_PROGRESS
@@ -117,6 +123,12 @@ class Sink:
             return
         if self.deferred is not None:
             self.deferred.append(("text", kind, s))
+            return
+        ch = self.content if kind == "content" else self.reasoning
+        if ch.started and not ch.pending and s[-1] not in _WS:  # (per delta: the common case)
+            ch.parts.append(s)
+            if self.streaming:
+                self.out.append(StreamChunk(ch.chunk, s))
             return
         self._text(kind, s)
 
@@ -331,9 +343,9 @@ class Machine:
         self.limit: float | None = None  # seconds this output may take (parse_deadline)
         self.spent = 0.0       # seconds taken so far (with a limit)
         self.lists: set[str] = set()  # dedupe repeats: the call lists read so far
-        self.lane: tuple[Any, Any] | None = None  # see feed()
+        self.lane: tuple[Any, ...] | None = None  # see feed()
         self.need = 0          # feed: buffer length before which no step can decide ...
-        self.wake = "\n"       # ... unless this character arrives
+        self.wake = _NEWLINE   # ... unless a character this finds arrives
 
     # ------------------------------------------------------------ driving
 
@@ -380,58 +392,121 @@ class Machine:
         self.chars += len(text)
 
     def feed(self, delta: str) -> None:
-        # Most deltas only extend what is being read: text with no character a marker
-        # begins with, or a value's text with no bracket, quote or stop character. With
-        # nothing held back, such a delta is taken as the scanner would take it, without
-        # stepping the machine: the same events, far fewer instructions per token. `lane`
-        # (set after each run of the machine) says which of the two is being read.
-        if self.need:  # a step waits for this much text (or the wake character)
-            if len(self.buf) + len(delta) < self.need and self.wake not in delta:
+        # Most deltas only extend what is being read: text with no marker in it, a value's
+        # text with no quote or stop character and no bracket that ends it, a header with
+        # no end marker, a held-back tail that may still become a marker. Such a delta is
+        # taken here as the waiting step would take it, without running the machine: the
+        # same events, far fewer instructions per token. `lane` (set after each run of
+        # the machine) says what is being read.
+        if not delta:  # nothing a step could decide on anew
+            return
+        if self.need:  # a step waits for this much text (or a wake character)
+            if len(self.buf) + len(delta) < self.need and self.wake.search(delta) is None:
                 self.buf += delta
                 self.chars += len(delta)
                 return
             self.need = 0
         lane = self.lane
-        if lane is not None and not self.buf:
-            run, check = lane
-            n = len(delta)
-            if type(check) is HeaderLane:
-                if check.notable.search(delta) is None and run.hlen + n <= _MAX_HEADER:
-                    self.chars += n
-                    self.dropped += n
-                    run.header.append(delta)
-                    run.raw.append(delta)
-                    run.hlen += n
-                    return
-            elif run is None:
-                if check is None or check.search(delta) is None:
-                    self.chars += n
-                    self.dropped += n
-                    self._emit(self.region, delta)
-                    return
-            else:
-                bal = cast(Balanced, run.bal)
-                if check[bal.quote].search(delta) is None:  # (quotes are always notable)
+        if lane is not None:
+            kind = lane[0]
+            if kind == _PAYLOAD:
+                run = lane[1]
+                bal = run.bal
+                if not self.buf and lane[2][bal.quote].search(delta) is None:
+                    # (quotes are always notable: no name can show up here)
+                    n = len(delta)
                     self.chars += n
                     self.dropped += n
                     run.raw.append(delta)
                     run.payload.append(delta)
                     run.plen += n
                     if run.probe < _PROBE_CHARS and run.name is None:
-                        run.probe += n  # what the name probe counts (no quote: no name)
+                        run.probe += n
                     sink = self.sink
                     if sink.streaming and not sink.muted and n:
                         sink.out.append(StreamChunk(_PROGRESS, None, len(sink.calls), None,
                                                     run.name or run.progress_name, delta))
                     return
+                if self._payload_lane(run, bal, delta):
+                    return
+            else:
+                buf = self.buf
+                s = buf + delta if buf else delta
+                if kind == _REGION:
+                    r = lane[1]
+                    starts = lane[2]
+                    if starts is None or starts.search(s) is None:
+                        end = len(s)
+                    else:
+                        end = r.memo.get(s, -2) if len(s) <= _MEMO_CHARS else -2
+                        if end == -2:
+                            end = _region_read(r, s)
+                    if end >= 0:
+                        self.chars += len(delta)
+                        self.dropped += end
+                        if end == len(s):
+                            self.buf = ""
+                            self._emit(r, s)
+                        else:
+                            self.buf = s[end:]
+                            if end:
+                                self._emit(r, s[:end])
+                        return
+                elif kind == _HEADER:
+                    run = lane[1]
+                    hl = lane[2]
+                    n = len(s)
+                    if run.hlen + n <= _MAX_HEADER and (run.header or not (
+                            s[0] in _WS or (lane[3] and s[0] in run.c.payload.starts))):
+                        if hl.notable.search(s) is None:
+                            end = n
+                        else:
+                            end = hl.memo.get(s, -2) if n <= _MEMO_CHARS else -2
+                            if end == -2:
+                                end = _header_read(hl, s)
+                        if end >= 0:
+                            self.chars += len(delta)
+                            self.dropped += end
+                            self.buf = s[end:] if end < n else ""
+                            if end:
+                                text = s[:end] if end < n else s
+                                run.header.append(text)
+                                run.raw.append(text)
+                                run.hlen += end
+                            return
+                elif kind == _HOLD:  # a step waits to see whether a marker comes
+                    if s in lane[2] and s[0] not in lane[3]:
+                        self.buf = s
+                        self.chars += len(delta)
+                        return
+                else:  # _VALUE (a parameter's value) or _RAW (markup skipped or dropped)
+                    run = lane[1]
+                    table = lane[2]
+                    starts = table.starts
+                    n = len(s)
+                    if starts is None or starts.search(s) is None:
+                        end = n
+                    else:
+                        end = table.memo.get(s, -2) if n <= _MEMO_CHARS else -2
+                        if end == -2:
+                            end = _table_read(table, s)
+                    if end >= 0:
+                        self.chars += len(delta)
+                        self.dropped += end
+                        self.buf = s[end:] if end < n else ""
+                        frag = s[:end] if end < n else s
+                        if frag:
+                            run.raw.append(frag)
+                        if kind == _VALUE:
+                            run.value.append(frag)
+                            self.sink.progress(run.name, frag)
+                        return
         self.buf += delta
         self.chars += len(delta)
         self._run(final=False)
-        run = self.call
-        self.lane = None if run is not None and run.phase not in ("payload", "header") \
-            else self._lane()
+        self.lane = self._lane()
 
-    def _lane(self) -> tuple[Any, Any] | None:
+    def _lane(self) -> tuple[Any, ...] | None:
         """What the next delta may extend without the machine stepping (see feed)."""
         run = self.call
         if run is None:
@@ -439,14 +514,68 @@ class Machine:
             if self.header is not None or self.lead or (
                     r.start_calls and self.start_ok and not self.sink.has_content()):
                 return None
-            return (None, r.exits.starts)
-        bal = run.bal
-        if run.phase == "payload" and run.started and bal is not None and bal.started:
-            return (run, bal.spec.notable)
-        h = run.c.header
-        if run.phase == "header" and run.header and h is not None:
-            return (run, h.lane(run.ret.exits))
+            return (_REGION, r, r.exits.starts)
+        phase = run.phase
+        if phase == "payload":
+            bal = run.bal
+            if run.started and bal is not None and bal.started:
+                return (_PAYLOAD, run, bal.spec.notable)
+            p = run.c.payload
+            if not run.started and not p.fence:  # a held tail that may be the next marker
+                return (_HOLD, run, run.ret.exits.prefixes, p.starts + _WS)
+            return None
+        if phase == "close":
+            if run.c.close:  # a held tail that may be the close marker
+                return (_HOLD, run, run.c.close_table.prefixes, _WS)
+            return None
+        if phase == "params":
+            if run.value_end is not None and run.confirming is None:
+                return (_VALUE, run, run.value_end)
+            return None
+        if phase == "header":
+            h = run.c.header
+            if h is not None:
+                return (_HEADER, run, h.lane(run.ret.exits), h.optional)
+            return None
+        if phase == "skip":
+            return (_RAW, run, run.c.close_table)
+        if phase == "drop":
+            return (_RAW, run, run.c.drop_until)
         return None
+
+    def _payload_lane(self, run: _CallRun, bal: Balanced, delta: str) -> bool:
+        """_step_payload's scan while the value goes on (brackets that do not close it, a
+        string opening or closing): the scan's state is put back if it would decide."""
+        s = self.buf + delta if self.buf else delta
+        depth, quote, started = bal.depth, bal.quote, bal.started
+        bal.item_end = -1
+        new, status = bal.scan(s, 0, False)
+        if status != "more":
+            bal.depth, bal.quote, bal.started = depth, quote, started
+            return False
+        if bal.item_end >= 0:
+            run.item_end = run.plen + bal.item_end
+        self.chars += len(delta)
+        self.dropped += new
+        self.buf = s[new:]
+        if new:
+            self._took(run, s[:new])
+        return True
+
+    def _took(self, run: _CallRun, frag: str) -> None:
+        """A payload's scan read `frag`."""
+        run.raw.append(frag)
+        run.payload.append(frag)
+        run.plen += len(frag)
+        if self.sink.streaming:
+            p = run.c.payload
+            if run.name is None and p.fields is not None and run.probe < _PROBE_CHARS:
+                run.probe += len(frag)  # a UI wants the name early: look near the start
+                if '"' in frag:  # (the name's closing quote: only then can it be found)
+                    nm = _NAME_PROBE.search("".join(run.payload)[:_PROBE_CHARS])
+                    if nm is not None and nm.group(1) in p.fields["name"]:
+                        run.progress_name = nm.group(2)
+            self.sink.progress(run.name or run.progress_name, frag)
 
     def close(self, finish_reason: str | None) -> None:
         self._run(final=True)
@@ -940,7 +1069,7 @@ class Machine:
                 j = buf.find("\n", i)
                 if j < 0:
                     if not final and n - i < 16:
-                        self.need, self.wake = i + 16, "\n"  # nothing to decide before
+                        self.need, self.wake = i + 16, _NEWLINE  # nothing to decide before
                         return False
                     j = i + 3
                     while j < n and buf[j].isalnum():
@@ -967,7 +1096,13 @@ class Machine:
                     self._malformed(run, "payload-not-recognized")
                     return True
                 if j + 1 >= n and not final:
-                    return False  # the head may go on (an atom like \\_ is two characters)
+                    # the head may go on (an atom like \\_ is two characters): nothing is
+                    # decided before the character after it, or past _MAX_HEAD; a head that
+                    # runs to the end is matched again only when a character that may end
+                    # it comes (a non-word one), not per delta
+                    self.need = j + 2 if j < n else i + _MAX_HEAD + 2
+                    self.wake = _HEAD_WAKE
+                    return False
                 head = self._consume(run, j)
                 run.payload.append(head)
                 run.plen += len(head)
@@ -995,20 +1130,9 @@ class Machine:
         new, status = bal.scan(buf, pos, final)
         if bal.item_end >= 0:  # where the last complete element of an array ended
             run.item_end = run.plen + bal.item_end - pos
-        if new > pos:  # what _consume does, inline: this runs once per delta
-            frag = buf[pos:new]
+        if new > pos:
             self.pos = new
-            run.raw.append(frag)
-            run.payload.append(frag)
-            run.plen += new - pos
-            if self.sink.streaming:
-                if run.name is None and p.fields is not None and run.probe < _PROBE_CHARS:
-                    run.probe += len(frag)  # a UI wants the name early: look near the start
-                    if '"' in frag:  # (the name's closing quote: only then can it be found)
-                        nm = _NAME_PROBE.search("".join(run.payload)[:_PROBE_CHARS])
-                        if nm is not None and nm.group(1) in p.fields["name"]:
-                            run.progress_name = nm.group(2)
-                self.sink.progress(run.name or run.progress_name, frag)
+            self._took(run, buf[pos:new])
         if status == "more":
             return False
         if status == "bad":
@@ -1727,6 +1851,58 @@ def _properties(params: Any) -> dict[str, Any]:
         if isinstance(props, dict):
             return props
     return {}
+
+
+# Lanes (Machine.feed) remember their decisions on held-back texts up to this long: a
+# decision depends on the text and the compiled dialect only, and the same few texts (a
+# marker's prefixes, `[[`) come back again and again.
+_MEMO_CHARS = 64
+_MEMO_SIZE = 4096
+
+
+def _remember(memo: dict[str, int], s: str, end: int) -> int:
+    if len(s) <= _MEMO_CHARS and len(memo) < _MEMO_SIZE:
+        memo[s] = end
+    return end
+
+
+def _region_read(r: Region, s: str) -> int:
+    """How much of `s` _step_region, streaming, emits as text before waiting (the rest is
+    held back: a possible marker, or a lenient shape's open marker that ends the text so
+    far); -1 when a marker in it acts (the machine's step). The same loop as the step."""
+    exits = r.exits
+    n = len(s)
+    m = exits.search(s, 0, False)
+    while m is not None and m.end() < n and _no_header(exits.actions[m.group()], s,
+                                                       m.end(), r):
+        m = exits.search(s, m.end(), False)
+    if m is None:
+        end = n - exits.holdback(s, 0)
+    elif m.end() == n and _yields(exits.actions[m.group()]):
+        end = m.start()
+    else:
+        end = -1
+    return _remember(r.memo, s, end)
+
+
+def _table_read(table: MarkerTable, s: str) -> int:
+    """How much of `s` a step reading up to one of `table`'s markers takes before waiting
+    (_step_value, _step_skip, _step_drop); -1 when a marker in it decides."""
+    end = -1 if table.search(s, 0, False) is not None else len(s) - table.holdback(s, 0)
+    return _remember(table.memo, s, end)
+
+
+def _header_read(hl: HeaderLane, s: str) -> int:
+    """How much of `s` _step_header_call takes as header text before waiting; -1 when a
+    marker ends or interrupts the header, or a character no header holds comes."""
+    table = hl.table
+    if table.search(s, 0, False) is not None:
+        end = -1
+    else:
+        end = len(s) - table.holdback(s, 0)
+        if hl.foreign is not None and hl.foreign.search(s, 0, end) is not None:
+            end = -1
+    return _remember(hl.memo, s, end)
 
 
 def _no_header(action: tuple[Any, ...], buf: str, i: int, r: Region) -> bool:

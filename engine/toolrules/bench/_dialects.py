@@ -89,56 +89,6 @@ def _key(result: Any) -> Any:
             [(c.name, c.arguments) for c in result.tool_calls], result.warnings)
 
 
-def hostile(engine: Any, quick: bool) -> list[tuple[str, str]]:
-    """Worst µs/KB over every dialect and hostile shape, per mode, and disagreements."""
-    from ._hostile import hostile_shapes
-
-    cases = _cases_dir()
-    # 1-character streaming costs a feed() per character: smaller texts, same shapes
-    modes: tuple[tuple[str, int, int, int], ...] = (
-        ("whole", 0, 200_000, 20_000), ("stream, 64-char deltas", 64, 200_000, 20_000),
-        ("stream, 1-char deltas", 1, 32_000, 8_000))
-    if quick:
-        modes = tuple((m, size, big // 4, run // 4) for m, size, big, run in modes)
-    rounds = 1 if quick else 2
-    worst: dict[str, tuple[float, str]] = {}
-    differ: list[str] = []
-    errors: list[str] = []
-    count = 0
-    for mode, size, big, run in modes:
-        for name in sorted(engine.ruleset.ids("dialect")):
-            for shape in hostile_shapes(engine, name, cases, big=big, run=run):
-                parser = engine.text_parser(dialect=name, tools=shape.tools,
-                                            generation_prompt=shape.prompt, ids="sequential")
-                best = float("inf")
-                try:
-                    for _ in range(rounds):
-                        t0 = time.process_time()
-                        got = parser.parse(shape.text) if size == 0 else \
-                            _stream(parser, shape.text, size)
-                        best = min(best, time.process_time() - t0)
-                    if size and _key(got) != _key(parser.parse(shape.text)):
-                        differ.append(f"{name}/{shape.label} ({mode})")
-                except Exception as exc:  # a bench reports a crash, it does not stop at one
-                    errors.append(f"{name}/{shape.label} ({mode}): {type(exc).__name__}")
-                    continue
-                count += 1
-                per_kb = best * 1e6 / (len(shape.text) / 1024)
-                if per_kb > worst.get(mode, (-1.0, ""))[0]:
-                    worst[mode] = (per_kb, f"{name}, {shape.label}")
-    out = [(f"hostile shapes: {count} runs over {len(engine.ruleset.ids('dialect'))} dialects",
-            "")]
-    for mode, _, _, _ in modes:
-        per_kb, where = worst.get(mode, (0.0, "-"))
-        out.append((f"hostile worst, {mode} (target <= 2000 µs/KB)",
-                    f"{per_kb:.0f} µs/KB ({where})"))
-    out.append(("hostile: stream != whole", str(len(differ)) +
-                (f" ({'; '.join(differ[:3])})" if differ else "")))
-    out.append(("hostile: exceptions", str(len(errors)) +
-                (f" ({'; '.join(errors[:3])})" if errors else "")))
-    return out
-
-
 def bench(engine: Any, quick: bool) -> list[tuple[str, str]]:
     out: list[tuple[str, str]] = []
     texts, source = _hermes_texts(engine)
@@ -178,5 +128,4 @@ def bench(engine: Any, quick: bool) -> list[tuple[str, str]]:
                     f"{best / len(text) * 1e6:.2f} µs/delta"))
     out.append(("64 KB / 16 KB stream time ratio (linear = 4.0, target <= 4.5)",
                 f"{totals[64] / totals[16]:.2f}"))
-    out.extend(hostile(engine, quick))
     return out

@@ -245,9 +245,12 @@ class _Reader:
     (which children a rule keeps, which rules inline), with the value vocabulary as
     the rules' callbacks: no Token or Tree objects, no second pass over a tree."""
 
-    __slots__ = ("end", "start")
+    __slots__ = ("end", "memo", "start")
 
     def __init__(self, lark: Any):
+        # recent payloads and what they read to (a model restating a call, or a call
+        # streamed again after a cut, reads the same text): values come out fresh copies
+        self.memo: dict[tuple[str, bool | str], Any] = {}
         from lark.parsers.lalr_analysis import Shift
 
         frontend = lark.parser
@@ -412,6 +415,23 @@ def _json_value(text: str, pos: int, mends: list[int]) -> tuple[Any, int]:
         removed += 1
 
 
+_MEMO_TEXT = 512  # payloads longer than this are read anew each time
+_MEMO_ENTRIES = 256
+_MISSING = object()
+
+
+def _fresh(value: Any) -> Any:
+    """A copy of a read value that shares no list or dict with it."""
+    kind = type(value)
+    if kind is dict:
+        return {k: _fresh(v) for k, v in value.items()}
+    if kind is list:
+        return [_fresh(v) for v in value]
+    if kind is tuple:
+        return tuple(_fresh(v) for v in value)
+    return value
+
+
 def parse_payload(dialect: Any, grammar: str, text: str, json_values: bool | str = False) -> Any:
     """Parse `text` with the dialect's grammar; ValueError when it does not fit.
     `json_values`: see _Reader.parse (the payload's `json_values` option)."""
@@ -422,7 +442,21 @@ def parse_payload(dialect: Any, grammar: str, text: str, json_values: bool | str
         raise ValueError(f"grammar {grammar!r} is not loaded")
     reader = _reader(parser)
     if reader is not None:
-        return reader.parse(text, json_values)
+        if len(text) > _MEMO_TEXT:
+            return reader.parse(text, json_values)
+        key = (text, json_values)
+        got = reader.memo.get(key, _MISSING)
+        if got is _MISSING:
+            try:
+                got = reader.parse(text, json_values)
+            except ValueError as exc:
+                got = exc
+            if len(reader.memo) >= _MEMO_ENTRIES:
+                reader.memo.clear()
+            reader.memo[key] = got
+        if isinstance(got, ValueError):
+            raise ValueError(*got.args) from None
+        return _fresh(got)
     try:
         tree = parser.parse(text)
     except LarkError as exc:

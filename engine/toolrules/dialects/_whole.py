@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 from .._types import ParsedResponse, ToolCall
 from ._jsonscan import MAX_DEPTH, too_deep
-from ._scanner import _ID_COUNTER, _ID_PREFIX, next_call_id
+from ._scanner import next_call_id
 
 if TYPE_CHECKING:
     from ._compile import CallDef, Dialect, Region
@@ -231,8 +231,7 @@ def parse_whole(plan: WholePlan, text: str, finish_reason: str | None) -> Parsed
     sequential = plan.sequential
     if len(found) == 1:
         name, args = found[0]
-        calls: tuple[ToolCall, ...] = (ToolCall(
-            "call_0" if sequential else f"call_{_ID_PREFIX}{next(_ID_COUNTER):x}", name, args),)
+        calls: tuple[ToolCall, ...] = (ToolCall(next_call_id(0, sequential), name, args),)
     else:
         calls = tuple([ToolCall(next_call_id(i, sequential), name, args)
                        for i, (name, args) in enumerate(found)])

@@ -22,8 +22,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, cast
 
-__all__ = ["COMMA_MENDS", "MAX_DEPTH", "Balanced", "BalancedSpec", "NestingTooDeep", "RepairFailed",
-           "first_chars", "holdback", "list_spans", "loads", "loads_strict", "mend_call_list",
+__all__ = ["CALL_NAME", "COMMA_MENDS", "MAX_DEPTH", "Balanced", "BalancedSpec",
+           "NestingTooDeep", "RepairFailed", "first_chars", "holdback", "list_spans", "loads", "loads_strict", "mend_call_list",
            "repair_json", "scan_json", "too_deep", "unescape"]
 
 MAX_DEPTH = 64
@@ -430,7 +430,9 @@ def repair_json(text: str, allowed: frozenset[str] | set[str],
 
 # ---------------------------------------------------------------- Python call lists
 
-_CALL_AHEAD = re.compile(r"\s*(?:[A-Za-z_]|\\_)(?:[\w.\-]|\\_)*\s*\(")
+CALL_NAME = r"(?:[A-Za-z_]|\\_)(?:[\w.\-]|\\_)*"
+"""A Python call's name as models write it (Markdown may escape its `_` as `\\_`)."""
+_CALL_AHEAD = re.compile(r"\s*" + CALL_NAME + r"\s*\(")
 _AFTER_CALL = re.compile(r"\s*(?:[,\]]|\Z)")
 _LIST_TOKEN = re.compile(r"""[\[\](){}'"]""")
 _LINE_STRING = {'"': re.compile(r'[^"\\\n]*(?:\\.[^"\\\n]*)*"'),

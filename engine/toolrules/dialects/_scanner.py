@@ -24,6 +24,7 @@ from .._errors import ParseError, ParseTimeoutError
 from .._types import StreamChunk, StreamChunkType, ToolCall
 from ._compile import CallDef, Dialect, HeaderLane, MarkerTable, ParamDef, Region
 from ._jsonscan import (
+    CALL_NAME,
     MAX_DEPTH,
     Balanced,
     NestingTooDeep,
@@ -1814,7 +1815,7 @@ class Machine:
 
 _MISSING = object()
 # a call list inside a block of code: [name( or ['name(
-_LIST_START = re.compile(r"""\[\s*['"]?((?:[A-Za-z_]|\\_)(?:[\w.\-]|\\_)*)\s*\(""")
+_LIST_START = re.compile(r"""\[\s*['"]?(""" + CALL_NAME + r""")\s*\(""")
 
 
 def _md_values(value: Any, depth: int = 0) -> Any:

@@ -30,3 +30,20 @@ def test_error_tree():
     assert issubclass(toolrules.RuleError, toolrules.ToolrulesError)
     assert issubclass(toolrules.ParseError, ValueError)
     assert issubclass(toolrules.UnknownRuleError, KeyError)
+
+
+def test_lazy_map_and_type_checking_imports_agree():
+    # the package names each public name twice: for type checkers (imports under
+    # TYPE_CHECKING) and for the first use at run time (_LAZY); they must not drift apart
+    import ast
+    from pathlib import Path
+
+    tree = ast.parse(Path(toolrules.__file__).read_text(encoding="utf-8"))
+    typed: dict[str, str] = {}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+            for imp in node.body:
+                assert isinstance(imp, ast.ImportFrom)
+                for alias in imp.names:
+                    typed[alias.asname or alias.name] = "." * imp.level + (imp.module or "")
+    assert typed == toolrules._LAZY

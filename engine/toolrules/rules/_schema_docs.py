@@ -8,15 +8,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping
 from typing import Any
 
-__all__ = ["KIND_PLACES", "lint_checks_markdown", "schema_fields", "schemas_markdown"]
-
-# where the files of each kind live in a rules directory
-KIND_PLACES = {
-    "model": "models/*.yaml", "provider": "providers/*.yaml", "dialect": "dialects/*.yaml",
-    "policy": "policies/*.yaml", "toolset": "tools/*.yaml", "scenario": "scenarios/*.yaml",
-    "serve": "serve/*.yaml",
-}
-
+__all__ = ["lint_checks_markdown", "schema_fields", "schemas_markdown"]
 
 def _types(rule: Mapping[str, Any]) -> str:
     t = rule.get("type")
@@ -100,7 +92,10 @@ def _table(schema: Mapping[str, Any]) -> list[str]:
 
 def schemas_markdown() -> str:
     """The rule-file schema reference: one section per rule kind, then per table."""
+    from ._loader import KIND_DIRS
     from ._schemas import KIND_SCHEMAS, TABLE_SCHEMAS
+
+    places = {kind: f"{sub}/*.yaml" for sub, kind in KIND_DIRS.items()}
 
     out = ["# Rule-file schemas", "",
            "Every rule file is validated against a schema of its kind before anything uses "
@@ -111,7 +106,7 @@ def schemas_markdown() -> str:
            "list `a`; `a.*.b` is field `b` of each value of a mapping `a` whose keys are "
            "free.", "", "## Rule kinds", ""]
     for kind, schema in KIND_SCHEMAS.items():
-        place = KIND_PLACES.get(kind, "")
+        place = places.get(kind, "")
         out += [f"### `{kind}`", "", f"Files: `{place}` in a rules directory.", ""]
         out += _table(schema) + [""]
     out += ["## Tables", "",

@@ -30,8 +30,8 @@ from typing import Any
 from .._errors import ParseError, ToolrulesError
 from ._chat import TemplateRaised, compile_chat_template, render_chat_template, template_environment
 
-__all__ = ["CallFormat", "Probe", "ReasoningFormat", "TemplateReport", "inspect_template",
-           "rule_stub"]
+__all__ = ["CallFormat", "Probe", "ReasoningFormat", "TemplateReport", "TemplateSource",
+           "inspect_template", "rule_stub"]
 
 _MAX_TEMPLATE_CHARS = 1 << 20
 
@@ -75,6 +75,22 @@ _NO_CONTENT = object()
 
 
 # ---------------------------------------------------------------- the report
+
+@dataclass(frozen=True, slots=True)
+class TemplateSource:
+    """A chat template and where it came from (a file, a GGUF, a server): what
+    inspect_template takes."""
+
+    text: str
+    origin: str
+    """The file's path or the URL the server answered at."""
+    bos_token: str = ""
+    eos_token: str = ""
+    name: str | None = None
+    """A name for the model (file stem, GGUF general.name, the server's model)."""
+    note: str | None = None
+    """Which of several templates it is, when the source had several."""
+
 
 @dataclass(frozen=True, slots=True)
 class Probe:

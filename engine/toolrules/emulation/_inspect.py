@@ -138,6 +138,9 @@ class CallFormat:
     """A string with quotes, markup, a newline and non-ASCII text reads back unchanged."""
     two_calls: bool | None = None
     """Two calls in one turn read back, in order."""
+    call_ids: str | None = None
+    """The call ids the call reads back with only (a turn_call_ids pattern: the template
+    writes the id where the tool's name belongs); None: any id."""
     note: str | None = None
     """Why no dialect was named, or what else is worth knowing."""
 
@@ -145,7 +148,7 @@ class CallFormat:
         return {"dialect": self.dialect, "also": list(self.also), "repairs": list(self.repairs),
                 "text": self.text, "arguments": self.arguments,
                 "tricky_strings": self.tricky_strings, "two_calls": self.two_calls,
-                "note": self.note}
+                "call_ids": self.call_ids, "note": self.note}
 
 
 @dataclass(frozen=True, slots=True)
@@ -599,7 +602,7 @@ def _call_format(engine: Any, r: _Renderer, p_gen: str, p_nogen: str,
             notes.append(f"a string argument with quotes, markup and a newline does not read "
                          f"back unchanged through {best}")
         return CallFormat(best, tuple(ranked[1:]), needs[best], seg.strip(), mode, tricky,
-                          two, "; ".join(said) or None)
+                          two, _NAMED_IDS if named_ids else None, "; ".join(said) or None)
     return CallFormat(None, note=why)
 
 
@@ -738,9 +741,8 @@ def _derive(engine: Any, pr: _Prober, call: CallFormat, reasoning: ReasoningForm
     out: dict[str, Any] = {"native_tools": renders_tools}
     if call.dialect is not None:
         out["dialect"] = call.dialect
-    if call.note and "where the tool's name belongs" in call.note:
-        # the probe call read back only with ids that carry the name (see _call_format)
-        out["turn_call_ids"] = _NAMED_IDS
+    if call.call_ids is not None:
+        out["turn_call_ids"] = call.call_ids
         if call.repairs:
             out["quirks"] = tuple(call.repairs)
         trained = {st.dialect for st in engine.emulation_styles() if st.trained}

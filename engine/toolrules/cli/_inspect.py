@@ -7,31 +7,19 @@ from __future__ import annotations
 import datetime
 import json
 import re
-from dataclasses import dataclass
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import click
 
+from ..emulation._inspect import TemplateSource
 from ._common import echo_json, fail
 
 __all__ = ["TemplateSource", "inspect_source", "load_source"]
 
 _HINT_TEMPLATE = ("pass a Jinja chat template (a model's chat_template.jinja, or its "
                   "tokenizer_config.json)")
-
-
-@dataclass(frozen=True)
-class TemplateSource:
-    """A chat template and where it came from."""
-
-    text: str
-    origin: str
-    bos_token: str = ""
-    eos_token: str = ""
-    name: str | None = None
-    """A name for the model (file stem, GGUF general.name, the server's model)."""
-    note: str | None = None
 
 
 def _token(value: Any) -> str:
@@ -112,9 +100,8 @@ def _from_server(engine: Any, url: str, provider: str, bos: str | None,
         fail(str(exc).strip('"'), "`toolrules providers` lists the providers", code=2)
     except CapabilityError as exc:
         fail(str(exc), "pass the server's address, e.g. http://127.0.0.1:8080")
-    return TemplateSource(served.template, served.url,
-                          bos if bos is not None else served.bos_token,
-                          eos if eos is not None else served.eos_token, served.name)
+    return replace(served, bos_token=bos if bos is not None else served.bos_token,
+                   eos_token=eos if eos is not None else served.eos_token)
 
 
 def load_source(engine: Any, template: str | None, gguf: str | None, server: str | None,

@@ -11,13 +11,13 @@ from __future__ import annotations
 import json
 import urllib.error
 import urllib.request
-from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
 
 from .._errors import CapabilityError
+from ..emulation._inspect import TemplateSource
 
-__all__ = ["ServerTemplate", "TemplateUnavailable", "fetch_server_template"]
+__all__ = ["TemplateUnavailable", "fetch_server_template"]
 
 _MAX_REPLY = 16 << 20
 _LOOPBACK = ("127.", "localhost", "::1", "[::1]")
@@ -33,23 +33,12 @@ class TemplateUnavailable(CapabilityError):
         self.url = url
 
 
-@dataclass(frozen=True, slots=True)
-class ServerTemplate:
-    """The chat template a server renders, as it said."""
-
-    url: str
-    template: str
-    bos_token: str = ""
-    eos_token: str = ""
-    name: str | None = None
-    """The served model's name or file, when the server says."""
-
-
 def fetch_server_template(engine: Any, provider: str, base_url: str | None, *,
                           api_key: str | None = None, timeout: float = 5.0
-                          ) -> ServerTemplate:
+                          ) -> TemplateSource:
     """Ask the server at `base_url` (a `provider` rule's base URL, /v1 or not) for its
-    chat template. Raises TemplateUnavailable saying what was asked and what to do."""
+    chat template (origin: the URL asked; name: the served model's name or file, when the
+    server says). Raises TemplateUnavailable saying what was asked and what to do."""
     from ..providers._transport import http_rules
 
     rules = http_rules(engine, provider)
@@ -87,5 +76,5 @@ def fetch_server_template(engine: Any, provider: str, base_url: str | None, *,
     if "template" not in found:
         raise TemplateUnavailable(f"GET {url}: the reply names no chat template (where "
                                   "the provider rule's http.chat_template looks)", url)
-    return ServerTemplate(url, found["template"], found.get("bos_token", ""),
+    return TemplateSource(found["template"], url, found.get("bos_token", ""),
                           found.get("eos_token", ""), found.get("name"))

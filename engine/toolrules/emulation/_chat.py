@@ -7,7 +7,7 @@ Turn-format templates use Hugging Face chat-template variables (`messages` as
 {role, content} dicts, `add_generation_prompt`, `bos_token`, `eos_token`) and may set
 `stop`, the strings that end the model's turn. They render in the rule set's sandbox.
 A template embedded in a weights file is untrusted text: it renders in a sandbox too
-(`render_embedded_template`).
+(`render_chat_template`, as servers render a model's own template).
 """
 
 from __future__ import annotations
@@ -21,8 +21,7 @@ from .._types import Capability, Message, coerce_tools
 from ._rules import EmulationPrompt, template_error
 
 __all__ = ["ChatPrompt", "TemplateRaised", "build_chat_prompt", "check_rules",
-           "compile_chat_template", "render_chat_template", "render_embedded_template",
-           "template_environment"]
+           "compile_chat_template", "render_chat_template", "template_environment"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,7 +97,7 @@ def build_chat_prompt(part: Any, messages: Any, model: Any = None, *, tools: Any
         text, stop = _render(part._emulation_rules(), name, context)
     else:
         assert embedded is not None
-        text, stop = render_embedded_template(embedded, context), ()
+        text, stop = render_chat_template(embedded, context), ()
     return ChatPrompt(text, stop, name, prompt.dialect if prompt else None, prompt)
 
 
@@ -191,7 +190,7 @@ def compile_chat_template(source: str, env: Any = None) -> Any:
         raise TemplateRaised("the template nests too deeply to compile", raised=False) from None
 
 
-def render_chat_template(source: Any, context: Mapping[str, Any], env: Any = None) -> str:
+def render_chat_template(source: Any, context: Mapping[str, Any]) -> str:
     """A model's own chat template (untrusted text: from a weights file, a server, a user;
     or one compile_chat_template compiled) rendered in the sandbox with `context`
     (messages, tools, add_generation_prompt, bos_token, eos_token ...). Raises
@@ -199,22 +198,14 @@ def render_chat_template(source: Any, context: Mapping[str, Any], env: Any = Non
     to render."""
     from jinja2.exceptions import TemplateError
 
-    template = compile_chat_template(source, env) if isinstance(source, str) else source
+    template = compile_chat_template(source) if isinstance(source, str) else source
     try:
         return str(template.render(**context))
     except TemplateRaised:
         raise
-    except TemplateError as exc:
+    except (TemplateError, TypeError, ValueError, KeyError, AttributeError, IndexError,
+            ArithmeticError, RecursionError) as exc:  # what a template's own logic trips over
         raise TemplateRaised(f"{type(exc).__name__}: {exc}", raised=False) from None
-    except (TypeError, ValueError, KeyError, AttributeError, IndexError, ArithmeticError,
-            RecursionError) as exc:  # what a template's own logic trips over
-        raise TemplateRaised(f"{type(exc).__name__}: {exc}", raised=False) from None
-
-
-def render_embedded_template(source: str, context: Mapping[str, Any]) -> str:
-    """A chat template found in a weights file, rendered in the sandbox
-    (render_chat_template)."""
-    return render_chat_template(source, context)
 
 
 # ---------------------------------------------------------------- lint

@@ -30,8 +30,8 @@ from typing import Any
 from .._errors import ParseError, ToolrulesError
 from ._chat import TemplateRaised, compile_chat_template, render_chat_template, template_environment
 
-__all__ = ["CallFormat", "Probe", "ReasoningFormat", "TemplateReport", "inspect_template",
-           "rule_stub"]
+__all__ = ["CallFormat", "Probe", "ReasoningFormat", "TemplateReport", "TemplateSource",
+           "inspect_template", "rule_stub"]
 
 _MAX_TEMPLATE_CHARS = 1 << 20
 
@@ -47,6 +47,8 @@ _CALL_TEXT = "zqxbesidecall"
 _TOOL_NAME, _TOOL_DOC, _ARG_TEXT = "zqx_lookup", "zqxtooldoc", "zqxargtext"
 _ARGS: dict[str, Any] = {"text": _ARG_TEXT, "count": 42, "ratio": 0.5, "flag": True,
                          "items": ["zqxitem", 7], "options": {"depth": 2, "mode": "zqxmode"}}
+# two calls in one turn: the second differs in one value
+_TWO_CALLS: tuple[dict[str, Any], ...] = (_ARGS, {**_ARGS, "count": 43})
 _TRICKY = {"text": 'say "hi" it\'s {x} <b>&amp;</b> [1]\nnext line ü'}
 _SCHEMA = {"type": "object", "properties": {
     "text": {"type": "string", "description": "zqx text"},
@@ -75,6 +77,22 @@ _NO_CONTENT = object()
 
 
 # ---------------------------------------------------------------- the report
+
+@dataclass(frozen=True, slots=True)
+class TemplateSource:
+    """A chat template and where it came from (a file, a GGUF, a server): what
+    inspect_template takes."""
+
+    text: str
+    origin: str
+    """The file's path or the URL the server answered at."""
+    bos_token: str = ""
+    eos_token: str = ""
+    name: str | None = None
+    """A name for the model (file stem, GGUF general.name, the server's model)."""
+    note: str | None = None
+    """Which of several templates it is, when the source had several."""
+
 
 @dataclass(frozen=True, slots=True)
 class Probe:
@@ -120,6 +138,9 @@ class CallFormat:
     """A string with quotes, markup, a newline and non-ASCII text reads back unchanged."""
     two_calls: bool | None = None
     """Two calls in one turn read back, in order."""
+    call_ids: str | None = None
+    """The call ids the call reads back with only (a turn_call_ids pattern: the template
+    writes the id where the tool's name belongs); None: any id."""
     note: str | None = None
     """Why no dialect was named, or what else is worth knowing."""
 
@@ -127,7 +148,7 @@ class CallFormat:
         return {"dialect": self.dialect, "also": list(self.also), "repairs": list(self.repairs),
                 "text": self.text, "arguments": self.arguments,
                 "tricky_strings": self.tricky_strings, "two_calls": self.two_calls,
-                "note": self.note}
+                "call_ids": self.call_ids, "note": self.note}
 
 
 @dataclass(frozen=True, slots=True)
@@ -206,22 +227,21 @@ class TemplateReport:
 
 # ---------------------------------------------------------------- rendering probes
 
-def _call(content: Any = "", args: Mapping[str, Any] | None = None, *, as_text: bool = False,
-          calls: int = 1, named_ids: bool = False, **extra: Any) -> dict[str, Any]:
-    """An assistant message with `calls` probe calls (content "" unless given; _NO_CONTENT
-    leaves the key out). `named_ids`: call ids that carry the tool's name
-    (functions.NAME:INDEX), for templates that write the id as the call's header."""
+def _call(content: Any = "", calls: Sequence[Mapping[str, Any]] = (_ARGS,), *,
+          as_text: bool = False, named_ids: bool = False) -> dict[str, Any]:
+    """An assistant message with a probe call for each arguments object of `calls`
+    (content "" unless given; _NO_CONTENT leaves the key out). `named_ids`: call ids that
+    carry the tool's name (functions.NAME:INDEX), for templates that write the id as the
+    call's header."""
     tool_calls = []
-    for i in range(calls):
-        a = copy.deepcopy(dict(args if args is not None else _ARGS))
-        if i:
-            a["count"] = 42 + i
+    for i, args in enumerate(calls):
+        a = copy.deepcopy(dict(args))
         call_id = _NAMED_IDS.replace("{name}", _TOOL_NAME).replace("{index}", str(i)) \
             if named_ids else f"call_zqx{i + 1}"
         tool_calls.append({"id": call_id, "type": "function",
                            "function": {"name": _TOOL_NAME,
                                         "arguments": json.dumps(a) if as_text else a}})
-    msg: dict[str, Any] = {"role": "assistant", "tool_calls": tool_calls, **extra}
+    msg: dict[str, Any] = {"role": "assistant", "tool_calls": tool_calls}
     if content is not _NO_CONTENT:
         msg["content"] = content
     return msg
@@ -268,6 +288,9 @@ class _Prober:
         self.r = r
         self.as_text = as_text
         self.probes: list[Probe] = []
+
+    def get(self, name: str) -> Probe | None:
+        return next((p for p in self.probes if p.name == name), None)
 
     def call(self, content: Any = "") -> dict[str, Any]:
         return _call(content, as_text=self.as_text)
@@ -427,7 +450,7 @@ def _turn_probes(pr: _Prober) -> None:
     else:
         pr.skip("result-apart", "a tool result that does not directly follow its call",
                 "the template renders no tool results")
-    two = _call(as_text=pr.as_text, calls=2)
+    two = _call(calls=_TWO_CALLS, as_text=pr.as_text)
     pr.run("two-calls", "an assistant message with two calls",
            [U1, two, *([_result(), _result("zqxresulttwo", 2)] if tool.ok else [U2])],
            {"the second call": '43'})
@@ -435,9 +458,10 @@ def _turn_probes(pr: _Prober) -> None:
 
 # ---------------------------------------------------------------- the call format
 
-def _segment(text: str, p_gen: str, p_nogen: str) -> tuple[str, str]:
+def _segment(text: str, p_gen: str, p_nogen: str, tail: str) -> tuple[str, str]:
     """The assistant turn's own text in `text` (after where it leaves the generation
-    prompt), and the part of the generation prompt the model would have seen before it."""
+    prompt, without the end-of-turn `tail`), and the part of the generation prompt the
+    model would have seen before it."""
     at = _common(text, p_gen)
     # diverging inside the generation prompt: step back to a whole marker (the turn
     # may share a marker's first character with what the prompt writes there)
@@ -445,7 +469,10 @@ def _segment(text: str, p_gen: str, p_nogen: str) -> tuple[str, str]:
             and text[at - 1] not in ">]}|)":
         at -= 1
     prime = p_gen[len(p_nogen):at] if at >= len(p_nogen) else ""
-    return text[at:], prime
+    seg = text[at:]
+    if tail.strip() and seg.endswith(tail):
+        seg = seg[:len(seg) - len(tail)]
+    return seg, prime
 
 
 def _turn_tail(r: _Renderer, tools: bool = True) -> str:
@@ -535,9 +562,7 @@ def _call_format(engine: Any, r: _Renderer, p_gen: str, p_nogen: str,
             continue
         rendered = True
         assert text is not None
-        seg, prime = _segment(text, p_gen, p_nogen)
-        if tail.strip() and seg.endswith(tail):
-            seg = seg[:len(seg) - len(tail)]
+        seg, prime = _segment(text, p_gen, p_nogen, tail)
         if _ARG_TEXT not in seg:
             why = "the rendered assistant turn does not contain the call"
             continue
@@ -561,8 +586,8 @@ def _call_format(engine: Any, r: _Renderer, p_gen: str, p_nogen: str,
         form = (text_args, named_ids)
         tricky = _reads_rendered(engine, r, best, p_gen, p_nogen, tail, [_TRICKY], form,
                                  needs[best], tools)
-        two = _reads_rendered(engine, r, best, p_gen, p_nogen, tail,
-                              [_ARGS, {**_ARGS, "count": 43}], form, needs[best], tools)
+        two = _reads_rendered(engine, r, best, p_gen, p_nogen, tail, _TWO_CALLS, form,
+                              needs[best], tools)
         said = []
         if text_args:
             said.append("the template writes arguments given as a JSON string, not as an "
@@ -577,7 +602,7 @@ def _call_format(engine: Any, r: _Renderer, p_gen: str, p_nogen: str,
             notes.append(f"a string argument with quotes, markup and a newline does not read "
                          f"back unchanged through {best}")
         return CallFormat(best, tuple(ranked[1:]), needs[best], seg.strip(), mode, tricky,
-                          two, "; ".join(said) or None)
+                          two, _NAMED_IDS if named_ids else None, "; ".join(said) or None)
     return CallFormat(None, note=why)
 
 
@@ -585,16 +610,11 @@ def _reads_rendered(engine: Any, r: _Renderer, dialect: str, p_gen: str, p_nogen
                     tail: str, args: Sequence[Mapping[str, Any]], form: tuple[bool, bool],
                     repairs: tuple[str, ...], tools: bool = True) -> bool | None:
     text_args, named_ids = form
-    msg = _call(args=args[0], as_text=text_args, calls=len(args), named_ids=named_ids)
-    if len(args) > 1:
-        msg["tool_calls"][1]["function"]["arguments"] = (
-            json.dumps(args[1]) if text_args else copy.deepcopy(dict(args[1])))
+    msg = _call(calls=args, as_text=text_args, named_ids=named_ids)
     text, err = r.render([_m("user", _U1), msg], gen=False, tools=tools)
     if text is None or err is not None:
         return None
-    seg, prime = _segment(text, p_gen, p_nogen)
-    if tail.strip() and seg.endswith(tail):
-        seg = seg[:len(seg) - len(tail)]
+    seg, prime = _segment(text, p_gen, p_nogen, tail)
     return _reads(engine, dialect, seg, prime, args, repairs=list(repairs) or None) is not None
 
 
@@ -669,7 +689,7 @@ def _gen_prompt(r: _Renderer, tools: bool = True, **extra: Any) -> str | None:
 def _tool_result_text(r: _Renderer, pr: _Prober, gen_prompt: str,
                       call_text: str) -> str | None:
     """How the template renders a tool result after its call ({result} for its text)."""
-    p = next((x for x in pr.probes if x.name == "tool-result"), None)
+    p = pr.get("tool-result")
     if p is None or not p.ok:
         return None
     # without the tool list, which some templates write after the conversation
@@ -707,23 +727,22 @@ def _tool_result_text(r: _Renderer, pr: _Prober, gen_prompt: str,
 def _derive(engine: Any, pr: _Prober, call: CallFormat, reasoning: ReasoningFormat,
             renders_tools: bool, notes: list[str]) -> dict[str, Any]:
     def ok(name: str) -> bool:
-        p = next((x for x in pr.probes if x.name == name), None)
+        p = pr.get(name)
         return p is not None and p.ok
 
     def failed(name: str) -> bool:
-        p = next((x for x in pr.probes if x.name == name), None)
+        p = pr.get(name)
         return p is not None and p.outcome in ("raised", "failed", "dropped")
 
     def broke(name: str) -> bool:
-        p = next((x for x in pr.probes if x.name == name), None)
+        p = pr.get(name)
         return p is not None and p.outcome in ("raised", "failed")
 
     out: dict[str, Any] = {"native_tools": renders_tools}
     if call.dialect is not None:
         out["dialect"] = call.dialect
-    if call.note and "where the tool's name belongs" in call.note:
-        # the probe call read back only with ids that carry the name (see _call_format)
-        out["turn_call_ids"] = _NAMED_IDS
+    if call.call_ids is not None:
+        out["turn_call_ids"] = call.call_ids
         if call.repairs:
             out["quirks"] = tuple(call.repairs)
         trained = {st.dialect for st in engine.emulation_styles() if st.trained}
@@ -761,7 +780,7 @@ def _derive(engine: Any, pr: _Prober, call: CallFormat, reasoning: ReasoningForm
     out["turn_roles"] = tuple(roles)
     out["turn_content_required"] = (broke("call-without-content")
                                     or broke("call-with-null-content")) and not broke("call")
-    history = next((x for x in pr.probes if x.name == "call-in-history"), None)
+    history = pr.get("call-in-history")
     lost = set(history.missing) if history is not None else set()
     out["turn_text_with_calls"] = not failed("text-with-call") \
         and "the text beside the earlier call" not in lost

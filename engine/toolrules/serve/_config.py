@@ -261,8 +261,8 @@ def ask_template(engine: Any, route: Route, ask: str | None) -> RouteTemplate | 
         key = os.environ.get(up.api_key_env) if up.api_key_env else None
         served = fetch_server_template(engine, up.provider, up.base_url, api_key=key,
                                        timeout=min(float(up.connect_timeout or 5.0), 5.0))
-        report = engine.inspect_template(served.template, bos_token=served.bos_token,
-                                         eos_token=served.eos_token, origin=served.url)
+        report = engine.inspect_template(served.text, bos_token=served.bos_token,
+                                         eos_token=served.eos_token, origin=served.origin)
     except TemplateUnavailable as exc:
         log.warning("%s: the upstream's chat template is unknown, the rules decide: %s",
                     where, exc)
@@ -275,7 +275,7 @@ def ask_template(engine: Any, route: Route, ask: str | None) -> RouteTemplate | 
         log.warning("%s: the upstream's chat template is not used, the rules decide: %s",
                     where, exc)
         return RouteTemplate(None, reason=str(exc))
-    derived = RouteTemplate(served.url, report.capability, report.sha256, served.name)
+    derived = RouteTemplate(served.origin, report.capability, report.sha256, served.name)
     log.info("%s: %s", where, derived.describe())
     return derived
 

@@ -372,6 +372,18 @@ def test_json_array_format_reads_as_its_dialect(engine):
     assert r.call.dialect == "mistral-v3"
     assert r.call.text.startswith("[TOOL_CALLS][{")
     assert r.generation_prompt == ""
+    # the template never renders the tools: they go in an emulation prompt that asks for
+    # the format the template writes
+    assert r.capability["native_tools"] is False
+    assert r.capability["emulation_style"] == "dialect"
+    assert "quirks" not in r.capability  # read back with no repair
+
+
+def test_a_template_that_renders_the_tools_keeps_them_native(engine):
+    r = engine.inspect_template(PERMISSIVE)
+    assert r.capability["native_tools"] is True
+    assert r.capability["dialect"] == "hermes"
+    assert "emulation_style" not in r.capability
 
 
 def test_arguments_taken_as_json_text(engine):

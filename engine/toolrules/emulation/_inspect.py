@@ -741,14 +741,14 @@ def _derive(engine: Any, pr: _Prober, call: CallFormat, reasoning: ReasoningForm
     out: dict[str, Any] = {"native_tools": renders_tools}
     if call.dialect is not None:
         out["dialect"] = call.dialect
-    if call.call_ids is not None:
-        out["turn_call_ids"] = call.call_ids
         if call.repairs:
             out["quirks"] = tuple(call.repairs)
         trained = {st.dialect for st in engine.emulation_styles() if st.trained}
         if not renders_tools and call.dialect in trained:
             # the tools go in an emulation prompt: ask for the format the template writes
             out["emulation_style"] = "dialect"
+    if call.call_ids is not None:
+        out["turn_call_ids"] = call.call_ids
     if reasoning.found:
         out["reasoning"] = True
     if not ok("system"):

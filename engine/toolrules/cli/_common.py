@@ -10,14 +10,14 @@ import json
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import click
 
 __all__ = ["echo_json", "fail", "get_engine", "guard", "read_json_arg", "read_text_arg"]
 
 
-def fail(message: str, hint: str | None = None, code: int = 1) -> None:
+def fail(message: str, hint: str | None = None, code: int = 1) -> NoReturn:
     click.echo(f"error: {message}", err=True)
     if hint:
         click.echo(f"hint: {hint}", err=True)

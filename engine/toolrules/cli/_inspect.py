@@ -52,7 +52,6 @@ def _from_file(path: str, bos: str | None, eos: str | None) -> TemplateSource:
             note = f"the {pick!r} template of {len(named)} in the file"
         if not isinstance(chat, str):
             fail(f"{path} holds no chat_template", _HINT_TEMPLATE)
-            return TemplateSource("", path)  # not reached: fail() exits
         text = chat
         bos = bos if bos is not None else _token(data.get("bos_token"))
         eos = eos if eos is not None else _token(data.get("eos_token"))
@@ -81,7 +80,6 @@ def _from_gguf(path: str, bos: str | None, eos: str | None) -> TemplateSource:
              f"metadata){others}: it is likely a base model, or its template ships beside it",
              "pass the model's template with --template FILE (chat_template.jinja or "
              "tokenizer_config.json)")
-    assert text is not None
     return TemplateSource(text, path, bos if bos is not None else g.bos_token,
                           eos if eos is not None else g.eos_token,
                           g.name or Path(path).stem, note)
@@ -143,10 +141,8 @@ def inspect_source(engine: Any, src: TemplateSource, as_json: bool, write_rule: 
         what = "does not compile" if "SyntaxError" in exc.message else "does not render"
         fail(f"{src.origin}: the chat template {what}: {exc.message}",
              "fix the template, or pass the model's own (chat_template.jinja)")
-        return
     except ParseError as exc:
         fail(str(exc))
-        return
     written = None
     if write_rule is not None:
         from ..emulation._inspect import rule_stub
@@ -157,7 +153,6 @@ def inspect_source(engine: Any, src: TemplateSource, as_json: bool, write_rule: 
             text = rule_stub(report, family, when)
         except ParseError as exc:
             fail(str(exc), "pass --name with a lowercase family name")
-            return
         target = Path(write_rule) / "models" / f"{family}.yaml"
         try:
             target.parent.mkdir(parents=True, exist_ok=True)

@@ -46,7 +46,6 @@ def read_json_arg(value: str, what: str) -> Any:
         return json.loads(text)
     except json.JSONDecodeError as exc:
         fail(f"{what} {value!r} is not valid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}")
-    return None
 
 
 def read_text_arg(value: str, what: str) -> str:

@@ -124,7 +124,7 @@ class McpServer:
         try:
             return self.spec.launch(self.workspace).display()
         except McpError:
-            return self.spec.url or " ".join([self.spec.command or "", *self.spec.args])
+            return self.spec.display()  # placeholders as written
 
     # ------------------------------------------------------------ starting
 

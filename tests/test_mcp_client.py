@@ -59,6 +59,8 @@ def test_everything_tools_are_namespaced_classed_and_normalized(engine, ws):
         assert "$schema" not in echo.tool.parameters  # normalized: one JSON Schema dialect
         gzip = registry.mcp_tool("everything_gzip-file-as-resource")
         assert (gzip.tier, gzip.kind) == ("full", "write")  # open world, not read-only
+        registry.remove("everything_echo")  # one tool dropped: its MCP entry goes with it
+        assert "everything_echo" not in registry and registry.mcp_tool("everything_echo") is None
     assert server.state == "closed"
 
 

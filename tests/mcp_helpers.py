@@ -14,11 +14,36 @@ import yaml
 
 pytest.importorskip("mcp", reason="the MCP tests need the `mcp` extra")
 
+import toolrules
 from npm_packages import npm_bin
+from toolrules import ToolExecutor, ToolRegistry
 
 HERE = Path(__file__).resolve().parent
 FAKE = HERE / "mcp_fake_server.py"
 QWEN = "Qwen/Qwen3-8B"  # writes hermes-style <tool_call> blocks
+
+
+def load_engine(rules: Path) -> toolrules.Engine:
+    """The bundled rules plus the overlay `rules` (no environment, no cache)."""
+    return toolrules.load(paths=[rules], use_env=False, cache=False)
+
+
+def workspace(tmp_path: Path, *, files: bool = True) -> Path:
+    """tmp_path/ws; with `files`, a notes.txt and a .env holding a secret."""
+    root = tmp_path / "ws"
+    root.mkdir()
+    if files:
+        (root / "notes.txt").write_text("alpha\nbeta\n")
+        (root / ".env").write_text("API_KEY=sk-secret-value-1234567890\n")
+    return root
+
+
+def mcp_executor(engine: Any, ws: Path, server: str, **kw: Any
+                 ) -> tuple[ToolRegistry, ToolExecutor]:
+    """A registry offering declared MCP server `server`, and an executor over it."""
+    registry = ToolRegistry(engine=engine, workspace=ws)
+    registry.add_mcp(server)
+    return registry, ToolExecutor(registry, workspace=ws, engine=engine, **kw)
 
 
 def hermes(name: str, **arguments: Any) -> str:

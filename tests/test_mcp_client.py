@@ -14,9 +14,8 @@ import pytest
 import yaml
 from click.testing import CliRunner
 
-import toolrules
-from mcp_helpers import QWEN, hermes, npm_rules
-from toolrules import ScriptedModel, ToolExecutor, ToolLoop, ToolRegistry
+from mcp_helpers import QWEN, hermes, load_engine, mcp_executor, npm_rules, workspace
+from toolrules import ScriptedModel, ToolLoop, ToolRegistry
 from toolrules.cli import main
 
 pytestmark = pytest.mark.usefixtures("no_orphans")
@@ -29,16 +28,12 @@ def rules(tmp_path):
 
 @pytest.fixture
 def engine(rules):
-    return toolrules.load(paths=[rules], use_env=False, cache=False)
+    return load_engine(rules)
 
 
 @pytest.fixture
 def ws(tmp_path):
-    root = tmp_path / "ws"
-    root.mkdir()
-    (root / "notes.txt").write_text("alpha\nbeta\n")
-    (root / ".env").write_text("API_KEY=sk-secret-value-1234567890\n")
-    return root
+    return workspace(tmp_path)
 
 
 def _audit(audit_dir: Path) -> list[dict]:
@@ -64,6 +59,8 @@ def test_everything_tools_are_namespaced_classed_and_normalized(engine, ws):
         assert "$schema" not in echo.tool.parameters  # normalized: one JSON Schema dialect
         gzip = registry.mcp_tool("everything_gzip-file-as-resource")
         assert (gzip.tier, gzip.kind) == ("full", "write")  # open world, not read-only
+        registry.remove("everything_echo")  # one tool dropped: its MCP entry goes with it
+        assert "everything_echo" not in registry and registry.mcp_tool("everything_echo") is None
     assert server.state == "closed"
 
 
@@ -95,11 +92,9 @@ def test_mcp_tools_cli_with_a_command(ws):
 # ---------------------------------------------------------------- calls through the loop
 
 def test_the_loop_calls_mcp_tools_with_audit_lines(engine, ws, tmp_path):
-    registry = ToolRegistry(engine=engine, workspace=ws)
-    registry.add_mcp("everything")
     audit = tmp_path / "audit"
-    executor = ToolExecutor(registry, workspace=ws, trust="read_only", audit_dir=audit,
-                            engine=engine)
+    registry, executor = mcp_executor(engine, ws, "everything", trust="read_only",
+                                      audit_dir=audit)
     model = ScriptedModel([hermes("everything_get-sum", a=2, b=40),
                            hermes("everything_get-tiny-image"),
                            hermes("everything_get-structured-content", location="Chicago"),
@@ -123,9 +118,7 @@ def test_the_loop_calls_mcp_tools_with_audit_lines(engine, ws, tmp_path):
 
 
 def test_an_emulated_model_gets_mcp_tools_in_its_trained_format(engine, ws):
-    registry = ToolRegistry(engine=engine, workspace=ws)
-    registry.add_mcp("everything")
-    executor = ToolExecutor(registry, workspace=ws, trust="read_only", engine=engine)
+    registry, executor = mcp_executor(engine, ws, "everything", trust="read_only")
     with registry:
         tools = executor.visible_tools()
         prompt = engine.render_emulation(tools, model="mistralai/Mistral-7B-Instruct-v0.3")
@@ -140,10 +133,8 @@ def test_an_emulated_model_gets_mcp_tools_in_its_trained_format(engine, ws):
 
 def test_policy_refusals_leave_the_filesystem_server_untouched(engine, ws, tmp_path):
     audit = tmp_path / "audit"
-    registry = ToolRegistry(engine=engine, workspace=ws)
-    registry.add_mcp("filesystem")
-    executor = ToolExecutor(registry, workspace=ws, trust="read_only", audit_dir=audit,
-                            engine=engine)
+    registry, executor = mcp_executor(engine, ws, "filesystem", trust="read_only",
+                                      audit_dir=audit)
     outside = tmp_path / "outside.txt"
     model = ScriptedModel([
         hermes("filesystem_write_file", path="new.txt", content="x"),      # trust too low
@@ -169,9 +160,7 @@ def test_a_symlink_out_of_the_workspace_is_refused_before_the_server_sees_it(
     secret = tmp_path / "secret.txt"
     secret.write_text("outside")
     (ws / "link.txt").symlink_to(secret)
-    registry = ToolRegistry(engine=engine, workspace=ws)
-    registry.add_mcp("filesystem")
-    executor = ToolExecutor(registry, workspace=ws, trust="workspace", engine=engine)
+    registry, executor = mcp_executor(engine, ws, "filesystem", trust="workspace")
     with registry:
         r = executor.execute_sync({"name": "filesystem_write_file",
                                    "arguments": {"path": "link.txt", "content": "pwned"}})
@@ -180,9 +169,7 @@ def test_a_symlink_out_of_the_workspace_is_refused_before_the_server_sees_it(
 
 
 def test_a_write_at_workspace_trust_reaches_the_server(engine, ws):
-    registry = ToolRegistry(engine=engine, workspace=ws)
-    registry.add_mcp("filesystem")
-    executor = ToolExecutor(registry, workspace=ws, trust="workspace", engine=engine)
+    registry, executor = mcp_executor(engine, ws, "filesystem", trust="workspace")
     with registry:
         r = executor.execute_sync({"name": "filesystem_write_file",
                                    "arguments": {"path": "new.txt", "content": "made"}})

@@ -13,8 +13,8 @@ import pytest
 from click.testing import CliRunner
 
 import toolrules
-from mcp_helpers import QWEN, fake_rule, hermes
-from toolrules import McpError, ScriptedModel, ToolExecutor, ToolLoop, ToolRegistry
+from mcp_helpers import QWEN, fake_rule, hermes, load_engine, mcp_executor, workspace
+from toolrules import McpError, ScriptedModel, ToolLoop, ToolRegistry
 from toolrules.cli import main
 from toolrules.mcp import command_spec, result_output, served_result
 from toolrules.runtime import ToolFailure
@@ -34,23 +34,13 @@ def rules(tmp_path):
 
 @pytest.fixture
 def engine(rules):
-    return toolrules.load(paths=[rules], use_env=False, cache=False)
+    return load_engine(rules)
 
 
 @pytest.fixture
 def ws(tmp_path):
-    root = tmp_path / "ws"
-    root.mkdir()
-    return root
+    return workspace(tmp_path, files=False)
 
-
-def _executor(engine, ws, server, **kw):
-    registry = ToolRegistry(engine=engine, workspace=ws)
-    registry.add_mcp(server)
-    return registry, ToolExecutor(registry, workspace=ws, engine=engine, **kw)
-
-
-# ---------------------------------------------------------------- starting
 
 def test_an_unknown_server_is_named_with_the_declared_ones(engine, ws):
     with pytest.raises(toolrules.UnknownRuleError, match="unknown MCP server 'nosuch'"):
@@ -70,7 +60,7 @@ def test_cli_unknown_server(rules, tmp_path):
 
 
 def test_a_server_that_exits_at_start_is_named_with_its_stderr(engine, ws):
-    registry, _ = _executor(engine, ws, "broken")
+    registry, _ = mcp_executor(engine, ws, "broken")
     started = time.monotonic()
     with pytest.raises(McpError) as err:
         registry.names()
@@ -91,7 +81,7 @@ def test_a_missing_program_is_named(ws):
 
 
 def test_a_server_that_never_answers_gives_up_after_startup_seconds(engine, ws):
-    registry, _ = _executor(engine, ws, "stuck")
+    registry, _ = mcp_executor(engine, ws, "stuck")
     started = time.monotonic()
     with pytest.raises(McpError, match=r"MCP server 'stuck' .* did not finish starting .* "
                                        r"within 3 s"):
@@ -100,7 +90,7 @@ def test_a_server_that_never_answers_gives_up_after_startup_seconds(engine, ws):
 
 
 def test_malformed_tool_schemas_are_refused_naming_server_and_tools(engine, ws):
-    registry, _ = _executor(engine, ws, "malformed")
+    registry, _ = mcp_executor(engine, ws, "malformed")
     with pytest.raises(McpError) as err:
         registry.names()
     text = str(err.value)
@@ -123,7 +113,7 @@ def test_exec_with_a_server_that_exits(rules, ws):
 # ---------------------------------------------------------------- calling
 
 def test_a_server_that_dies_mid_call_gives_a_tool_error_then_restarts(engine, ws):
-    registry, executor = _executor(engine, ws, "fake", trust="read_only")
+    registry, executor = mcp_executor(engine, ws, "fake", trust="read_only")
     with registry:
         first = executor.execute_sync({"name": "fake_ok", "arguments": {}})
         assert first.ok and first.output == "fine"
@@ -140,7 +130,7 @@ def test_a_server_that_dies_mid_call_gives_a_tool_error_then_restarts(engine, ws
 
 
 def test_a_hanging_call_times_out_and_the_loop_goes_on(engine, ws, tmp_path):
-    registry, executor = _executor(engine, ws, "fake", trust="read_only",
+    registry, executor = mcp_executor(engine, ws, "fake", trust="read_only",
                                    audit_dir=tmp_path / "audit")
     model = ScriptedModel([hermes("fake_sleep", seconds=600), "Gave up waiting."],
                           model=QWEN, engine=engine)
@@ -157,7 +147,7 @@ def test_a_hanging_call_times_out_and_the_loop_goes_on(engine, ws, tmp_path):
 
 
 def test_a_result_over_the_byte_cap_is_refused(engine, ws):
-    registry, executor = _executor(engine, ws, "fake", trust="read_only")
+    registry, executor = mcp_executor(engine, ws, "fake", trust="read_only")
     with registry:
         small = executor.execute_sync({"name": "fake_big", "arguments": {"size": 1000}})
         big = executor.execute_sync({"name": "fake_big", "arguments": {"size": 300_000}})
@@ -168,7 +158,7 @@ def test_a_result_over_the_byte_cap_is_refused(engine, ws):
 
 
 def test_a_tool_the_policy_hides_is_refused_and_never_reaches_the_server(engine, ws):
-    registry, executor = _executor(engine, ws, "fake", trust="read_only",
+    registry, executor = mcp_executor(engine, ws, "fake", trust="read_only",
                                    denied=["fake_ok"])
     with registry:
         offered = [t.name for t in executor.visible_tools()]
@@ -183,7 +173,7 @@ def test_a_tool_the_policy_hides_is_refused_and_never_reaches_the_server(engine,
 
 
 def test_path_arguments_of_an_mcp_tool_go_through_the_jail(engine, ws, tmp_path):
-    registry, executor = _executor(engine, ws, "fake", trust="workspace")
+    registry, executor = mcp_executor(engine, ws, "fake", trust="workspace")
     with registry:
         out = executor.execute_sync({"name": "fake_write_marker",
                                      "arguments": {"path": "../escaped.txt"}})
@@ -195,7 +185,7 @@ def test_path_arguments_of_an_mcp_tool_go_through_the_jail(engine, ws, tmp_path)
 
 
 def test_close_stops_the_server_and_later_calls_fail_clearly(engine, ws):
-    registry, executor = _executor(engine, ws, "fake", trust="read_only")
+    registry, executor = mcp_executor(engine, ws, "fake", trust="read_only")
     assert executor.execute_sync({"name": "fake_ok", "arguments": {}}).ok
     registry.close()
     after = executor.execute_sync({"name": "fake_ok", "arguments": {}})

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 import toolrules
-from mcp_helpers import npm_rules
+from mcp_helpers import npm_rules, workspace
 
 mcp = pytest.importorskip("mcp")
 
@@ -28,11 +28,7 @@ TOOLRULES = [sys.executable, "-m", "toolrules"]
 
 @pytest.fixture
 def ws(tmp_path):
-    root = tmp_path / "ws"
-    root.mkdir()
-    (root / "notes.txt").write_text("alpha\nbeta\n")
-    (root / ".env").write_text("API_KEY=sk-secret-value-1234567890\n")
-    return root
+    return workspace(tmp_path)
 
 
 def _serve_args(ws: Path, *extra: str) -> list[str]:

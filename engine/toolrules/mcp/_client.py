@@ -21,7 +21,6 @@ import asyncio
 import atexit
 import concurrent.futures
 import contextlib
-import json
 import logging
 import tempfile
 import threading
@@ -124,7 +123,7 @@ class McpServer:
         try:
             return self.spec.launch(self.workspace).display()
         except McpError:
-            return self.spec.url or " ".join([self.spec.command or "", *self.spec.args])
+            return self.spec.display()  # placeholders as written
 
     # ------------------------------------------------------------ starting
 
@@ -311,12 +310,12 @@ class McpServer:
                                        timeout=getattr(ctx, "timeout", None))
             output = result_output(server.name, info.remote, result)
             limit = getattr(getattr(ctx, "policy", None), "max_output_bytes", None)
-            size = len(output.encode()) if isinstance(output, str) else len(
-                json.dumps(output, ensure_ascii=False, default=str).encode())
-            if limit is not None and size > limit:  # the executor's cap, said with names
-                raise ToolFailure("TOOL_OUTPUT_TOO_LARGE", f"(MCP server {server.name!r}, "
-                                  f"tool {info.remote!r})", rule="output.max_bytes",
-                                  size=size, limit=limit)
+            if limit is not None:  # the executor's cap (its own check), said with names
+                guarded = server.engine.guard_tool_output(output, max_tool_output_bytes=limit)
+                if not guarded.ok:
+                    raise ToolFailure("TOOL_OUTPUT_TOO_LARGE", f"(MCP server {server.name!r}, "
+                                      f"tool {info.remote!r})", rule="output.max_bytes",
+                                      size=guarded.errors[0]["details"]["bytes"], limit=limit)
             return output
 
         call_mcp_tool.__qualname__ = f"mcp:{self.name}/{info.remote}"

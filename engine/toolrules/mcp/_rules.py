@@ -42,8 +42,9 @@ class ToolOverride:
 
 
 @dataclass(frozen=True, slots=True)
-class Launch:
-    """A server's transport with every placeholder filled in: what is started or reached."""
+class _Transport:
+    """How a server is started (command, args, env, cwd: stdio) or reached (url, headers:
+    streamable HTTP)."""
 
     command: str | None = None
     args: tuple[str, ...] = ()
@@ -63,18 +64,18 @@ class Launch:
         return shlex.join([self.command or "", *self.args])
 
 
-@dataclass(frozen=True)
-class McpServerSpec:
-    """An MCP server as a rule (or a command line, or Python) declares it."""
+@dataclass(frozen=True, slots=True)
+class Launch(_Transport):
+    """A server's transport with every placeholder filled in: what is started or reached."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class McpServerSpec(_Transport):
+    """An MCP server as a rule (or a command line, or Python) declares it: its transport
+    as written (`display()` shows the placeholders), `launch()` fills them in."""
 
     name: str
     description: str = ""
-    command: str | None = None
-    args: tuple[str, ...] = ()
-    env: Mapping[str, str] = field(default_factory=dict)
-    cwd: str | None = None
-    url: str | None = None
-    headers: Mapping[str, str] = field(default_factory=dict)
     namespace: str = ""
     startup_seconds: float | None = None
     timeout: float | None = None
@@ -91,10 +92,6 @@ class McpServerSpec:
                            "or a url (streamable HTTP)", server=self.name)
         if not self.namespace:
             object.__setattr__(self, "namespace", self.name)
-
-    @property
-    def transport(self) -> str:
-        return "http" if self.url is not None else "stdio"
 
     def launch(self, workspace: str | Path | None = None,
                environ: Mapping[str, str] | None = None) -> Launch:

@@ -374,8 +374,7 @@ class ToolRegistry:
                 self._mcp_pending.remove(name)
             for tool_name, info in list(self._mcp_tools.items()):
                 if info.server == name:
-                    self._mcp_tools.pop(tool_name)
-                    self._tools.pop(tool_name, None)
+                    self.remove(tool_name)
         server.close()
 
     def mcp_servers(self) -> dict[str, Any]:
@@ -558,6 +557,7 @@ class ToolRegistry:
 
     def remove(self, name: str) -> None:
         self._tools.pop(name, None)
+        self._mcp_tools.pop(name, None)
 
     def __contains__(self, name: object) -> bool:
         self._materialize()

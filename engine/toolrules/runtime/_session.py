@@ -507,8 +507,8 @@ class ChatSession:
         for n in server_names(self.engine):
             if n not in servers:
                 spec = server_spec(n, self.engine)
-                rows.append(McpRow(n, False, "declared", 0, spec.url or " ".join(
-                    [spec.command or "", *spec.args]), spec.description))
+                rows.append(McpRow(n, False, "declared", 0, spec.display(),
+                                   spec.description))
         return rows
 
     def add_mcp(self, name: str) -> list[str]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["_bool", "_doc", "_str", "_str_or_list", "_strlist"]
+__all__ = ["_bool", "_doc", "_int", "_num", "_str", "_str_or_list", "_strlist"]
 
 
 def _doc(text: str, example: str | None = None) -> dict[str, Any]:
@@ -29,3 +29,13 @@ def _strlist(doc: str, example: str | None = None) -> dict[str, Any]:
 
 def _str_or_list(doc: str, example: str | None = None) -> dict[str, Any]:
     return {"type": ["string", "list"], "schema": {"type": "string"}, **_doc(doc, example)}
+
+
+def _int(doc: str, example: str, **extra: Any) -> dict[str, Any]:
+    """A non-negative integer (`extra` adds or overrides cerberus rules)."""
+    return {"type": "integer", "min": 0, **_doc(doc, example), **extra}
+
+
+def _num(doc: str, example: str, **extra: Any) -> dict[str, Any]:
+    """A non-negative number (`extra` adds or overrides cerberus rules)."""
+    return {"type": "number", "min": 0, **_doc(doc, example), **extra}

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ._schema_kit import _bool, _doc, _str, _strlist
+from ._schema_kit import _bool, _doc, _int, _num, _str, _strlist
 
 __all__ = ["HINTS", "KIND_SCHEMAS", "SERVE_WHEN", "TABLE_SCHEMAS"]
 
@@ -16,12 +16,6 @@ HINTS = ("readOnlyHint", "destructiveHint", "idempotentHint", "openWorldHint")
 SERVE_WHEN = ("kind", "level", "name")
 
 
-def _num(doc: str, example: str) -> dict[str, Any]:
-    return {"type": "number", "min": 0, **_doc(doc, example)}
-
-
-def _int(doc: str, example: str) -> dict[str, Any]:
-    return {"type": "integer", "min": 0, **_doc(doc, example)}
 
 
 def _strmap(doc: str, example: str) -> dict[str, Any]:

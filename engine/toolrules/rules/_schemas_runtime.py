@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ._schema_kit import _bool, _doc, _str, _strlist
+from ._schema_kit import _bool, _doc, _int, _num, _str, _strlist
 
 __all__ = ["KIND_SCHEMAS", "TOOL_KINDS"]
 
@@ -13,12 +13,6 @@ TOOL_KINDS = ("read", "write")
 _NAME = r"^[a-z][a-z0-9_]*$"
 
 
-def _int(doc: str, example: str, **extra: Any) -> dict[str, Any]:
-    return {"type": "integer", "min": 0, **_doc(doc, example), **extra}
-
-
-def _num(doc: str, example: str, **extra: Any) -> dict[str, Any]:
-    return {"type": "number", "min": 0, **_doc(doc, example), **extra}
 
 
 def _dict(doc: str, example: str | None, schema: dict[str, Any]) -> dict[str, Any]:

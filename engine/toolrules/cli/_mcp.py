@@ -121,17 +121,14 @@ def serve_command(workspace: str, trust: str, policy_id: str, http_port: int | N
         registry = build_registry(tool_sources, workspace, engine=engine)
     except (ToolsFileError, ValueError) as exc:
         fail(str(exc))
-        return
     try:
         executor = ToolExecutor(registry, workspace=workspace, trust=trust, engine=engine,
                                 policy=policy_id, allowed=list(allow) or None,
                                 denied=list(deny), audit_dir=audit_dir)
     except UnknownRuleError as exc:
         fail(str(exc), "list policies with: ls rules/policies (and your overlays)")
-        return
     except (ValueError, KeyError) as exc:
         fail(str(exc).strip("'\""), "see the trust levels in rules/policies/default.yaml")
-        return
     add_servers(registry, mcp_names, mcp_commands, engine)
     from ..mcp._server import bind_loopback, serve_http, serve_stdio
 
@@ -148,7 +145,6 @@ def serve_command(workspace: str, trust: str, policy_id: str, http_port: int | N
             except OSError as exc:
                 fail(f"cannot listen on 127.0.0.1:{http_port}: {exc.strerror or exc}",
                      "pick another port, or --http 0 for a free one")
-                return
 
             def ready(url: str) -> None:
                 click.echo(f"toolrules mcp serve: {url} ({about})", err=True)
@@ -233,11 +229,9 @@ def tools_command(name: str | None, command: str | None, url: str | None,
         from ..mcp import server_names
 
         fail(str(exc), f"declared servers: {', '.join(server_names(engine)) or 'none'}")
-        return
     except (McpError, ValueError) as exc:
         registry.close()
         fail(str(exc))
-        return
     try:
         _show_tools(server, infos, as_json)
     finally:

@@ -69,10 +69,8 @@ def exec_command(name: str, args_json: str, workspace: str, trust: str, policy_i
                                 dry_run=dry_run)
     except UnknownRuleError as exc:
         fail(str(exc), "list policies with: ls rules/policies (and your overlays)")
-        return
     except ValueError as exc:
         fail(str(exc))
-        return
     if use_mcp:
         add_servers(registry, mcp_names, mcp_commands, engine)
         name = _mcp_tool_name(registry, name)

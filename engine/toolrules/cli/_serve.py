@@ -81,7 +81,6 @@ def serve(config_path: str | None, upstream: str | None, base_url: str | None, h
         from ..serve import ServeSettings, load_config, run
     except ImportError as exc:  # pragma: no cover - depends on the extra
         fail(f"toolrules serve needs its extra: {exc}", "pip install 'toolrules[serve]'")
-        return
     engine = get_engine(rule_paths)
     try:
         config = load_config(engine, config_path, upstream=upstream, base_url=base_url)
@@ -90,7 +89,6 @@ def serve(config_path: str | None, upstream: str | None, base_url: str | None, h
         sys.exit(1)
     except UnknownRuleError as exc:
         fail(str(exc).strip('"'), "`toolrules providers` lists the providers", code=2)
-        return
     if not config.routes:
         fail("no routes: nothing to serve", "pass --upstream PROVIDER[:MODEL] (and "
              "--base-url), or --config FILE with `routes:`", code=2)

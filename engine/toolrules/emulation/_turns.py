@@ -192,13 +192,14 @@ class _Normalizer:
     def _as_text(self, slots: list[_Slot], pick: Callable[[_Slot], bool],
                  why: str) -> list[_Slot]:
         """Every picked assistant turn with calls, and the results that follow it (and
-        results no picked turn made), written as text turns."""
+        results no turn before them made), written as text turns; the results of a calls
+        turn kept native stay native."""
         out: list[_Slot] = []
         i = 0
         while i < len(slots):
             s = slots[i]
             calls = s.m.role == "assistant" and bool(s.m.tool_calls) and pick(s)
-            native = bool(out) and out[-1].m.role == "tool"
+            native = bool(out) and (out[-1].m.role == "tool" or bool(out[-1].m.tool_calls))
             if not calls and (s.m.role != "tool" or native):
                 out.append(s)  # not picked, or a result of a turn kept native
                 i += 1

@@ -520,3 +520,24 @@ def test_any_conversation_fits_any_constraints_and_keeps_every_text(eng, conv, t
             assert c.arguments["city"] in kept
     if not out.rewrites:
         assert list(out.messages) == conv
+
+
+# ---------------------------------------------------------------- golden coverage
+
+def test_golden_turns_name_a_constrained_family_without_a_case():
+    """The turns golden builder reports a family whose rules set turn constraints but
+    that no case model covers; with the cases as shipped, nothing is reported."""
+    from toolrules.golden._emulation import _turns
+
+    engine = toolrules.load()
+    cases = yaml.safe_load((Path(__file__).parents[1] / "golden" / "emulation" /
+                            "turns.cases.yaml").read_text(encoding="utf-8"))
+    shipped = list(_turns(engine, cases))
+    assert shipped and all(not g.problems for g in shipped)
+    assert "emulation/turns/gemma.golden.yaml" in [g.path for g in shipped]
+    without = dict(cases, models=[m for m in cases["models"] if "gemma" not in m])
+    files = {g.path: g for g in _turns(engine, without)}
+    assert "emulation/turns/gemma.golden.yaml" not in files
+    assert files["emulation/turns/_coverage.golden.yaml"].problems == [
+        "family gemma sets turn constraints; add one of its models to "
+        "golden/emulation/turns.cases.yaml"]

@@ -372,6 +372,35 @@ def test_server_error_then_success(engine):
     assert 0.7 <= times[2] - times[1] < 3.0
 
 
+def test_a_retried_request_is_built_once(engine, monkeypatch):
+    """Every attempt sends the body built for the first: the request (and the conversation
+    fitted to the model's chat template) is not built again per retry."""
+    built: list[str] = []
+    real = engine.build_request
+
+    def counted(*args: Any, **kw: Any) -> Any:
+        built.append(args[0])
+        return real(*args, **kw)
+
+    monkeypatch.setattr(engine, "build_request", counted)
+    asked = [{"role": "system", "content": "Be brief."}, *ASK,
+             {"role": "system", "content": "Answer in French."}]
+    with WireServer() as srv:
+        srv.replies.extend([json_reply({"error": {"message": "boom"}}, status=503),
+                            json_reply(cases("openai")["responses"]["answer"])])
+        m = connect("llamacpp", "gemma-3-270m-it", base_url=srv.url + "/v1", api_key=KEY,
+                    engine=engine, max_retries=1)
+        got = run(m.generate(asked))
+        first, second = srv.requests
+    assert got.content.startswith("Rate limits")
+    assert built == ["llamacpp"]
+    assert first.body == second.body
+    sent = json.loads(second.body)["messages"]
+    assert [x["role"] for x in sent] == ["system", "user"]  # fitted: one system, first
+    assert "Answer in French." in json.dumps(sent)
+    assert [r.action for r in m.last_rewrites] == ["system-folded"]
+
+
 def test_retries_are_bounded(engine):
     with WireServer() as srv:
         srv.replies.extend([json_reply({"error": {"message": "boom"}}, status=502)] * 3)

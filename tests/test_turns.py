@@ -23,6 +23,7 @@ import yaml
 import toolrules
 from toolrules import Message, ToolCall
 from toolrules.emulation._chat import TemplateRaised, render_chat_template
+from toolrules.emulation._turns import violations
 from turn_fixtures import FIXTURES, texts
 from wire_server import Reply, WireServer, json_reply, sse_reply
 
@@ -230,6 +231,27 @@ def test_text_beside_calls_moves_to_its_own_turn(eng):
         ("user", "u", ()), ("assistant", "thinking aloud", ()), ("assistant", None, (CALL,)),
         ("tool", "r", ())]
     assert t.rewrites[0].action == "text-split-from-calls"
+
+
+def test_where_turns_alternate_only_calls_with_text_are_written_as_text(eng):
+    """Text beside calls and alternating turns: the turn with text is written as text with
+    its results; a calls turn without text, and its results, stay native."""
+    c2 = ToolCall("c2", "get_weather", {"city": "Rome"})
+    msgs = [Message("user", "u"), Message("assistant", None, (CALL,)),
+            Message("tool", "sunny", tool_call_id="c1"), Message("user", "v"),
+            Message("assistant", "checking Rome", (c2,)),
+            Message("tool", "rain", tool_call_id="c2"), Message("user", "w")]
+    cap = _cap(eng, turn_text_with_calls=False, turn_alternate=True)
+    t = eng.normalize_turns(msgs, capability=cap)
+    assert [(m.role, m.tool_calls, m.tool_call_id) for m in t.messages[:3]] == [
+        ("user", (), None), ("assistant", (CALL,), None), ("tool", (), "c1")]
+    assert t.messages[2].content == "sunny"
+    assert [m.role for m in t.messages[3:]] == ["assistant", "user", "assistant", "user"]
+    assert "checking Rome" in t.messages[5].content and not t.messages[5].tool_calls
+    assert "rain" in t.messages[6].content and "w" in t.messages[6].content
+    assert [(r.action, r.messages) for r in t.rewrites if r.action.endswith("-as-text")] == [
+        ("calls-as-text", (4,)), ("results-as-text", (5,))]
+    assert violations(t.messages, cap) == []
 
 
 def test_without_a_tool_role_calls_and_results_are_written_in_the_models_format(eng):
@@ -441,8 +463,6 @@ def test_an_unnormalizable_refusal_still_reaches_the_client_as_an_error(eng, cap
 from hypothesis import HealthCheck, given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
-from toolrules.emulation._turns import violations  # noqa: E402
-
 _KINDS = ["system", "user", "assistant", "calls", "text+calls", "result", "orphan"]
 
 
@@ -500,3 +520,24 @@ def test_any_conversation_fits_any_constraints_and_keeps_every_text(eng, conv, t
             assert c.arguments["city"] in kept
     if not out.rewrites:
         assert list(out.messages) == conv
+
+
+# ---------------------------------------------------------------- golden coverage
+
+def test_golden_turns_name_a_constrained_family_without_a_case():
+    """The turns golden builder reports a family whose rules set turn constraints but
+    that no case model covers; with the cases as shipped, nothing is reported."""
+    from toolrules.golden._emulation import _turns
+
+    engine = toolrules.load()
+    cases = yaml.safe_load((Path(__file__).parents[1] / "golden" / "emulation" /
+                            "turns.cases.yaml").read_text(encoding="utf-8"))
+    shipped = list(_turns(engine, cases))
+    assert shipped and all(not g.problems for g in shipped)
+    assert "emulation/turns/gemma.golden.yaml" in [g.path for g in shipped]
+    without = dict(cases, models=[m for m in cases["models"] if "gemma" not in m])
+    files = {g.path: g for g in _turns(engine, without)}
+    assert "emulation/turns/gemma.golden.yaml" not in files
+    assert files["emulation/turns/_coverage.golden.yaml"].problems == [
+        "family gemma sets turn constraints; add one of its models to "
+        "golden/emulation/turns.cases.yaml"]

@@ -177,6 +177,8 @@ class HttpModel:
 
     def _request(self, messages: Any, tools: Any, tool_choice: Any, stream: bool,
                  options: dict[str, Any]) -> tuple[str, bytes, dict[str, str]]:
+        """The URL, body and headers of one turn's request, built once for all its attempts
+        (unsigned: `_send` signs each attempt)."""
         opts = dict(options)
         overrides = dict(self._overrides)
         overrides.update(opts.pop("request_overrides", None) or {})
@@ -188,20 +190,32 @@ class HttpModel:
         if self.as_model != self.model and self._model_path:
             set_path(body, self._model_path, self.model)
         body = self._http.http_body(body, stream)
-        url = self._http.url(self.base_url, self.model, stream=stream)
+        url = self._with_auth_query(self._http.url(self.base_url, self.model, stream=stream))
+        accept = _ACCEPT.get(self._http.framing or "", "application/json") if stream \
+            else "application/json"
+        headers = {"content-type": "application/json", **self._base_headers(accept)}
+        return url, json.dumps(body, ensure_ascii=False).encode("utf-8"), headers
+
+    def _with_auth_query(self, url: str) -> str:
+        """`url` with the key in its query, where the provider's auth rule puts it there."""
         query = self._http.auth_query(self._key.value)
-        if query:
-            url += ("&" if "?" in url else "?") + urlencode(query)
-        headers = {"content-type": "application/json",
-                   "accept": _ACCEPT.get(self._http.framing or "", "application/json")
-                   if stream else "application/json",
-                   "user-agent": f"toolrules/{__version__}",
-                   **self._http.headers, **self._headers,
-                   **self._http.auth_headers(self._key.value)}
-        data = json.dumps(body, ensure_ascii=False).encode("utf-8")
-        if self._signer is not None:
-            headers = self._signer.sign("POST", url, data, headers)
-        return url, data, headers
+        return url + ("&" if "?" in url else "?") + urlencode(query) if query else url
+
+    def _base_headers(self, accept: str) -> dict[str, str]:
+        """The headers of every request: accept, user agent, the rule's, the caller's, the
+        key's (later ones win)."""
+        return {"accept": accept, "user-agent": f"toolrules/{__version__}",
+                **self._http.headers, **self._headers,
+                **self._http.auth_headers(self._key.value)}
+
+    def _json(self, raw: bytes, what: str) -> Any:
+        """A reply body as JSON; anything else is an EXECUTION failure naming `what`."""
+        try:
+            return json.loads(raw)
+        except ValueError:
+            snippet = raw[:200].decode("utf-8", errors="replace")
+            raise self._fail(f"{what} is not JSON: {snippet!r}",
+                             code=ToolErrorCode.EXECUTION) from None
 
     def _client(self) -> Any:
         """One connection pool per event loop (pools cannot cross loops)."""
@@ -280,15 +294,19 @@ class HttpModel:
         client = self._client()
         if self._signer is not None:
             await asyncio.to_thread(self._signer.load)
+        # the body is built (and the conversation fitted to the model's template) once;
+        # each attempt only signs it anew
+        url, data, headers = self._request(messages, tools, tool_choice, stream, options)
         attempt = 0
         while True:
             attempt += 1
-            url, data, headers = self._request(messages, tools, tool_choice, stream, options)
             failure: ProviderError | None = None
             retryable = False
             asked: float | None = None
+            signed = headers if self._signer is None else \
+                self._signer.sign("POST", url, data, headers)
             try:
-                request = client.build_request("POST", url, content=data, headers=headers)
+                request = client.build_request("POST", url, content=data, headers=signed)
                 response = await client.send(request, stream=stream)
             except httpx.TimeoutException as exc:
                 failure = self._transport_failure(exc, attempt)
@@ -329,12 +347,8 @@ class HttpModel:
         if url is None:
             raise CapabilityError(f"provider {self.provider!r} names no models endpoint "
                                   "(`http.models` in its rule)")
-        query = self._http.auth_query(self._key.value)
-        if query:
-            url += ("&" if "?" in url else "?") + urlencode(query)
-        headers = {"accept": "application/json", "user-agent": f"toolrules/{__version__}",
-                   **self._http.headers, **self._headers,
-                   **self._http.auth_headers(self._key.value)}
+        url = self._with_auth_query(url)
+        headers = self._base_headers("application/json")
         if self._signer is not None:
             await asyncio.to_thread(self._signer.load)
             headers = self._signer.sign("GET", url, b"", headers)
@@ -352,13 +366,7 @@ class HttpModel:
             raise self._transport_failure(exc, 1) from None
         if not response.is_success:
             raise self._status_failure(response.status_code, response.headers, raw, 1)[0]
-        try:
-            data = json.loads(raw)
-        except ValueError:
-            snippet = raw[:200].decode("utf-8", errors="replace")
-            raise self._fail(f"the model list is not JSON: {snippet!r}",
-                             code=ToolErrorCode.EXECUTION) from None
-        return self._http.read_models(data)
+        return self._http.read_models(self._json(raw, "the model list"))
 
     # ------------------------------------------------------------ the protocol
 
@@ -372,13 +380,7 @@ class HttpModel:
 
     async def _whole(self, response: Any, tools: Any) -> ParsedResponse:
         """A whole answer (its body read) through the provider's rules."""
-        raw = response.content
-        try:
-            data = json.loads(raw)
-        except ValueError:
-            snippet = raw[:200].decode("utf-8", errors="replace")
-            raise self._fail(f"the answer is not JSON: {snippet!r}",
-                             code=ToolErrorCode.EXECUTION) from None
+        data = self._json(response.content, "the answer")
         try:
             parsed = self.engine.parse_response(data, self.provider, tools=tools,
                                                 model=self.as_model)

@@ -31,7 +31,7 @@ The steps, in order (each only when its constraint asks for it):
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from .._types import Capability, ContentPart, Message, ToolCall
@@ -161,19 +161,17 @@ class _Normalizer:
             if m.role == "assistant" and m.tool_calls:
                 calls = []
                 for c in m.tool_calls:
-                    new = pattern.replace("{name}", c.name).replace("{index}", str(index))
+                    new = _call_id(pattern, c.name, index)
                     index += 1
                     if c.id:
                         renamed[c.id] = new
                     calls.append(c if c.id == new else ToolCall(new, c.name, c.arguments))
                 if tuple(calls) != m.tool_calls:
-                    s.m = Message(m.role, m.content, tuple(calls), m.tool_call_id, m.name,
-                                  m.reasoning_content, m.is_error)
+                    s.m = replace(m, tool_calls=tuple(calls))
                     changed.extend(s.origin)
             elif m.role == "tool" and m.tool_call_id in renamed and \
                     renamed[m.tool_call_id] != m.tool_call_id:
-                s.m = Message(m.role, m.content, m.tool_calls, renamed[m.tool_call_id], m.name,
-                              m.reasoning_content, m.is_error)
+                s.m = replace(m, tool_call_id=renamed[m.tool_call_id])
                 changed.extend(s.origin)
         if changed:
             self.record("call-ids-rewritten", changed, "call-ids")
@@ -194,38 +192,34 @@ class _Normalizer:
     def _as_text(self, slots: list[_Slot], pick: Callable[[_Slot], bool],
                  why: str) -> list[_Slot]:
         """Every picked assistant turn with calls, and the results that follow it (and
-        results no picked turn made), written as text turns."""
+        results no turn before them made), written as text turns; the results of a calls
+        turn kept native stay native."""
         out: list[_Slot] = []
         i = 0
         while i < len(slots):
             s = slots[i]
             calls = s.m.role == "assistant" and bool(s.m.tool_calls) and pick(s)
-            if not calls and s.m.role != "tool":
-                out.append(s)
+            native = bool(out) and (out[-1].m.role == "tool" or bool(out[-1].m.tool_calls))
+            if not calls and (s.m.role != "tool" or native):
+                out.append(s)  # not picked, or a result of a turn kept native
                 i += 1
                 continue
-            if not calls and out and out[-1].m.role == "tool":
-                out.append(s)  # a result of a turn kept native
-                i += 1
-                continue
-            group = [s]
-            j = i + 1
-            while j < len(slots) and slots[j].m.role == "tool":
-                group.append(slots[j])
-                j += 1
-            written = self.to_text([g.m for g in group])
-            origin = tuple(k for g in group for k in g.origin)
-            if calls:
-                self.record("calls-as-text", s.origin, why)
-            results = [g for g in group if g.m.role == "tool"]
-            if results:
-                self.record("results-as-text", [k for g in results for k in g.origin], why)
-            for m in written:  # assistant text, then one turn for the results
-                own = s.origin if m.role == "assistant" else tuple(
-                    k for g in results for k in g.origin) or origin
-                out.append(_Slot(m, own))
+            j = _results_end(slots, i + 1)
+            out.extend(self._written(slots[i:j], why))
             i = j
         return out
+
+    def _written(self, group: list[_Slot], why: str) -> list[_Slot]:
+        """An assistant turn with calls and its results - or results alone - as the text
+        turns `calls_as_text` writes: the assistant's text, then one turn for the results."""
+        head = group[0].origin if group[0].m.role == "assistant" else ()
+        results = tuple(k for g in group if g.m.role == "tool" for k in g.origin)
+        if head:
+            self.record("calls-as-text", head, why)
+        if results:
+            self.record("results-as-text", results, why)
+        return [_Slot(m, head if m.role == "assistant" and head else results or head)
+                for m in self.to_text([g.m for g in group])]
 
     # ------------------------------------------------------------ 2. text beside calls
 
@@ -265,9 +259,7 @@ class _Normalizer:
                 out.append(s)
                 i += 1
                 continue
-            j = i + 1
-            while j < len(slots) and slots[j].m.role == "tool":
-                j += 1
+            j = _results_end(slots, i + 1)
             results = slots[i + 1:j]
             used: set[int] = set()
             calls = m.tool_calls
@@ -304,8 +296,7 @@ class _Normalizer:
             m = s.m
             if m.role == "tool":
                 # a result that no earlier turn asked for: text the template can take
-                orphan = [self._orphan(s)]
-                out.extend(orphan)
+                out.extend(self._written([s], "orphan-result"))
                 placed.add(k)
                 continue
             out.append(s)
@@ -324,11 +315,6 @@ class _Normalizer:
                 self.record("results-moved", [i for r in taken for i in slots[r].origin],
                             "results-follow")
         return out
-
-    def _orphan(self, s: _Slot) -> _Slot:
-        written = self.to_text([s.m])
-        self.record("results-as-text", s.origin, "orphan-result")
-        return _Slot(written[-1] if written else Message("user", _text(s.m.content)), s.origin)
 
     # ------------------------------------------------------------ 4. system texts
 
@@ -350,8 +336,7 @@ class _Normalizer:
             if mode == "none":
                 carried.append((len(out), s, "system-none"))
             elif k < lead and (k == 0 or mode == "leading"):
-                if mode == "first" or first is None:
-                    first = first or s
+                first = first or s
                 out.append(s)
             elif k < lead:  # mode first: a second leading system message
                 if stable:
@@ -375,7 +360,7 @@ class _Normalizer:
         return out
 
     def _fold(self, into: _Slot, s: _Slot, why: str) -> None:
-        into.m = _with_content(into.m, _join(into.m.content, s.m.content, self.join))
+        into.m = replace(into.m, content=_join(into.m.content, s.m.content, self.join))
         into.origin = (*into.origin, *s.origin)
         self.record("system-folded", (*into.origin[:1], *s.origin), why)
 
@@ -385,7 +370,7 @@ class _Normalizer:
         for k in range(pos, len(out)):
             u = out[k]
             if u.m.role == "user":
-                u.m = _with_content(u.m, _join(block, u.m.content, self.join))
+                u.m = replace(u.m, content=_join(block, u.m.content, self.join))
                 u.origin = (*u.origin, *s.origin)
                 self.record("system-to-user-turn", (*s.origin, *u.origin[:1]), why)
                 return
@@ -445,7 +430,7 @@ class _Normalizer:
             return slots
         for s in slots:
             if s.m.role == "assistant" and s.m.tool_calls and s.m.content is None:
-                s.m = _with_content(s.m, "")
+                s.m = replace(s.m, content="")
                 self.record("content-added", s.origin, "content")
         return slots
 
@@ -482,8 +467,7 @@ def violations(messages: Sequence[Message], cap: Capability) -> list[str]:
         index = 0
         for i, m in enumerate(messages):
             for c in m.tool_calls:
-                want = cap.turn_call_ids.replace("{name}", c.name).replace("{index}",
-                                                                            str(index))
+                want = _call_id(cap.turn_call_ids, c.name, index)
                 index += 1
                 if c.id != want:
                     out.append(f"messages[{i}]: call id {c.id!r}, not {want!r} "
@@ -541,9 +525,16 @@ def _join(a: Any, b: Any, sep: str) -> Any:
     return left or right
 
 
-def _with_content(m: Message, content: Any) -> Message:
-    return Message(m.role, content, m.tool_calls, m.tool_call_id, m.name, m.reasoning_content,
-                   m.is_error)
+def _call_id(pattern: str, name: str, index: int) -> str:
+    """A call id in the form `turn_call_ids` gives ({name}, {index})."""
+    return pattern.replace("{name}", name).replace("{index}", str(index))
+
+
+def _results_end(slots: list[_Slot], i: int) -> int:
+    """Where the run of tool results starting at `slots[i]` ends."""
+    while i < len(slots) and slots[i].m.role == "tool":
+        i += 1
+    return i
 
 
 def _merge(a: Message, b: Message, sep: str) -> Message:

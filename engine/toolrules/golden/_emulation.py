@@ -124,7 +124,7 @@ def _turns(engine: Any, cases: dict[str, Any]) -> Iterable[GoldenFile]:
     for model in cases.get("models") or []:
         family = engine.parse_model_id(model).family or "unknown"
         cap = engine.capability(model)
-        turns = {k: v for k, v in cap.non_default().items() if k.startswith("turn_")}
+        turns = _turn_fields(cap)
         entry: dict[str, Any] = {"constraints": turns or "none (the defaults)",
                                  "conversations": {}}
         for name, conv in conversations.items():
@@ -140,13 +140,12 @@ def _turns(engine: Any, cases: dict[str, Any]) -> Iterable[GoldenFile]:
                 if text not in kept:
                     problems.setdefault(family, []).append(f"{where}: {text!r} was lost")
         by_family.setdefault(family, {})[model] = entry
-    covered = {engine.parse_model_id(m).family for m in cases.get("models") or []}
     for family in sorted(by_family):
         yield GoldenFile(path=f"emulation/turns/{family}.golden.yaml",
                          content={"family": family, "models": by_family[family]},
                          problems=problems.get(family, []))
-    constrained = sorted(f for f in engine.ruleset.ids("model") if f not in covered and any(
-        _has_turns(engine, ex) for ex in _examples(engine, f)))
+    constrained = sorted(f for f in engine.ruleset.ids("model") if f not in by_family and any(
+        _turn_fields(engine.capability(ex)) for ex in _examples(engine, f)))
     if constrained:
         yield GoldenFile(path="emulation/turns/_coverage.golden.yaml", content={},
                          problems=[f"family {f} sets turn constraints; add one of its models "
@@ -159,8 +158,9 @@ def _examples(engine: Any, family: str) -> list[str]:
     return [str(x) for x in data.get("examples") or ()]
 
 
-def _has_turns(engine: Any, model: str) -> bool:
-    return any(k.startswith("turn_") for k in engine.capability(model).non_default())
+def _turn_fields(cap: Any) -> dict[str, Any]:
+    """The turn constraints (capability turn_*) set apart from the defaults."""
+    return {k: v for k, v in cap.non_default().items() if k.startswith("turn_")}
 
 
 def _turn_view(m: Any) -> dict[str, Any]:

@@ -405,8 +405,8 @@ def _check_own(rep: Any, rf: Any, http: dict[str, Any]) -> None:
     if isinstance(base, str) and not re.match(r"^https?://[^/]", base):
         rep.error(rf, ("http", "base_url"), f"base_url {base!r} is not an http(s) URL",
                   "http-base-url")
-    for key in ("path", "models.path"):
-        value = http.get(key) if "." not in key else (http.get("models") or {}).get("path")
+    for key, value in (("path", http.get("path")),
+                       ("models.path", (http.get("models") or {}).get("path"))):
         if isinstance(value, str) and value and not value.startswith("/"):
             rep.error(rf, ("http", *key.split(".")), f"{key} {value!r} must start with '/'",
                       "http-path")

@@ -21,8 +21,11 @@ __all__ = ["PINNED", "npm_bin", "npm_dir"]
 
 # program -> (package@version, the bin name inside node_modules/.bin)
 PINNED: dict[str, tuple[str, str]] = {
-    "claude": ("@anthropic-ai/claude-code@2.1.330", "claude"),
+    "claude": ("@anthropic-ai/claude-code@2.1.332", "claude"),
     "codex": ("@openai/codex@0.169.0", "codex"),
+    "opencode": ("opencode-ai@1.18.33", "opencode"),
+    "qwen": ("@qwen-code/qwen-code@0.24.4", "qwen"),
+    "gemini": ("@google/gemini-cli@0.61.0", "gemini"),
     "mcp-server-everything": ("@modelcontextprotocol/server-everything@2026.8.31",
                               "mcp-server-everything"),
     "mcp-server-filesystem": ("@modelcontextprotocol/server-filesystem@2026.8.31",

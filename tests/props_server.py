@@ -16,7 +16,7 @@ from collections import deque
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-from toolrules.emulation._chat import TemplateRaised, render_chat_template
+from toolrules.chat_template._render import TemplateRaised, render_chat_template
 
 
 class PropsServer:

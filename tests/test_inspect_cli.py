@@ -17,8 +17,8 @@ import pytest
 from click.testing import CliRunner
 
 from toolrules._errors import ParseError
+from toolrules.chat_template._gguf import read_gguf_template
 from toolrules.cli import main
-from toolrules.emulation._gguf import read_gguf_template
 
 sys.path.insert(0, str(Path(__file__).parent))
 from props_server import PropsServer

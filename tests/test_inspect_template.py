@@ -15,8 +15,8 @@ import textwrap
 
 import pytest
 
-from toolrules.emulation._chat import TemplateRaised
-from toolrules.emulation._inspect import rule_stub
+from toolrules.chat_template._inspect import rule_stub
+from toolrules.chat_template._render import TemplateRaised
 
 
 def t(source: str) -> str:

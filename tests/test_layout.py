@@ -157,8 +157,8 @@ def test_top_level_stays_small():
         f"{top}; new code belongs in a subpackage by concern")
 
 
-@pytest.mark.parametrize("concern", ["rules", "models", "dialects", "providers", "emulation",
-                                     "calls", "cli", "golden", "bench"])
+@pytest.mark.parametrize("concern", ["rules", "models", "dialects", "providers", "chat_template",
+                                     "emulation", "calls", "cli", "golden", "bench"])
 def test_one_subpackage_per_concern(concern):
     assert (PKG / concern / "__init__.py").is_file()
 
@@ -204,3 +204,16 @@ def test_engine_code_names_no_model_provider_or_dialect():
             elif isinstance(node, ast.Name) and _NAMES.search(node.id):
                 hits.append(f"{path.relative_to(PKG)}:{node.lineno}: {node.id}")
     assert not hits, "\n".join(hits)
+
+
+def test_chat_template_code_sits_below_its_users():
+    """The model's own chat template (rendering, GGUF reading, probing, turn fitting) is
+    used by the proxy, the clients, the loop and emulation: it imports none of them."""
+    users = ("toolrules.emulation", "toolrules.clients", "toolrules.serve",
+             "toolrules.runtime", "toolrules.evals", "toolrules.mcp", "toolrules.cli")
+    graph = import_graph()
+    found = sorted(f"{m} -> {t}" for m, targets in graph.items()
+                   if m.startswith("toolrules.chat_template") for t in targets
+                   if t.startswith(users))
+    assert "toolrules.chat_template._turns" in graph
+    assert not found, "\n".join(found)

@@ -22,8 +22,8 @@ import yaml
 
 import toolrules
 from toolrules import Message, ToolCall
-from toolrules.emulation._chat import TemplateRaised, render_chat_template
-from toolrules.emulation._turns import violations
+from toolrules.chat_template._render import TemplateRaised, render_chat_template
+from toolrules.chat_template._turns import violations
 from turn_fixtures import FIXTURES, texts
 from wire_server import Reply, WireServer, json_reply, sse_reply
 

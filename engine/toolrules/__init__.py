@@ -97,6 +97,13 @@ if _typing.TYPE_CHECKING:
         ValidationError,
         ValidationResult,
     )
+    from .chat_template._inspect import (
+        TemplateReport,
+    )
+    from .chat_template._turns import (
+        TurnRewrite,
+        Turns,
+    )
     from .clients._base import (
         ModelClient,
     )
@@ -115,14 +122,11 @@ if _typing.TYPE_CHECKING:
     from .dialects._parser import (
         parse_deadline,
     )
-    from .emulation._chat import (
+    from .emulation._chat_prompt import (
         ChatPrompt,
     )
     from .emulation._grammar import (
         CallGrammar,
-    )
-    from .emulation._inspect import (
-        TemplateReport,
     )
     from .emulation._part import (
         build_emulation_prompt,
@@ -130,10 +134,6 @@ if _typing.TYPE_CHECKING:
     from .emulation._rules import (
         EmulationPrompt,
         EmulationStyle,
-    )
-    from .emulation._turns import (
-        TurnRewrite,
-        Turns,
     )
     from .runtime._builtins import (
         builtin_tools,
@@ -163,7 +163,7 @@ _LAZY: dict[str, str] = {
     "CallGrammar": ".emulation._grammar",
     "Capability": "._types",
     "CapabilityError": "._errors",
-    "ChatPrompt": ".emulation._chat",
+    "ChatPrompt": ".emulation._chat_prompt",
     "ContentPart": "._types",
     "EmulationPrompt": ".emulation._rules",
     "EmulationStyle": ".emulation._rules",
@@ -190,7 +190,7 @@ _LAZY: dict[str, str] = {
     "ScriptedModel": ".clients._scripted",
     "StreamChunk": "._types",
     "StreamChunkType": "._types",
-    "TemplateReport": ".emulation._inspect",
+    "TemplateReport": ".chat_template._inspect",
     "Tool": "._types",
     "ToolCall": "._types",
     "ToolClassification": ".calls._engineering",
@@ -207,8 +207,8 @@ _LAZY: dict[str, str] = {
     "ToolResultConfig": ".calls._response_format",
     "ToolrulesError": "._errors",
     "TruncatedResult": ".calls._response_format",
-    "TurnRewrite": ".emulation._turns",
-    "Turns": ".emulation._turns",
+    "TurnRewrite": ".chat_template._turns",
+    "Turns": ".chat_template._turns",
     "UnknownRuleError": "._errors",
     "UnsupportedContentError": "._errors",
     "ValidationError": ".calls._validation",

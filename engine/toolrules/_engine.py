@@ -21,14 +21,15 @@ if TYPE_CHECKING:
     from .calls._part import CallCheck, CallsPart
     from .calls._tool_errors import ToolError
     from .calls._validation import ToolEnvelope, ValidationError, ValidationResult
+    from .chat_template._inspect import TemplateReport
+    from .chat_template._part import ChatTemplatePart
+    from .chat_template._turns import Turns
     from .dialects._compile import Dialect
     from .dialects._parser import DialectsPart, TextParser
-    from .emulation._chat import ChatPrompt
+    from .emulation._chat_prompt import ChatPrompt
     from .emulation._grammar import CallGrammar
-    from .emulation._inspect import TemplateReport
     from .emulation._part import EmulationPart
     from .emulation._rules import EmulationPrompt, EmulationStyle
-    from .emulation._turns import Turns
     from .models._part import ModelsPart
     from .models._rules import Resolution
     from .providers._front import Front
@@ -47,7 +48,7 @@ def cross_checks() -> tuple[CrossCheck, ...]:
     of them."""
     from .calls._policy import check_rules as policies
     from .dialects._compile import check_rules as dialects
-    from .emulation._chat import check_rules as chat
+    from .emulation._chat_prompt import check_rules as chat
     from .emulation._rules import check_rules as emulation
     from .mcp._rules import check_rules as mcp
     from .models._rules import check_rules as models
@@ -112,6 +113,12 @@ class Engine:
         from .emulation._part import EmulationPart
 
         return EmulationPart(self)
+
+    @cached_property
+    def _chat_template(self) -> ChatTemplatePart:
+        from .chat_template._part import ChatTemplatePart
+
+        return ChatTemplatePart(self)
 
     @cached_property
     def _calls(self) -> CallsPart:
@@ -284,7 +291,8 @@ class Engine:
         (capability turn_*: where system messages may stand, alternation, roles, content
         beside calls ...) as a server that renders that template needs them. No text is
         dropped; `Turns.rewrites` says what was moved and why."""
-        return self._emulation.normalize_turns(messages, model, tools=tools, capability=capability)
+        return self._chat_template.normalize_turns(messages, model, tools=tools,
+                                                   capability=capability)
 
     def render_template(self, name: str, context: Mapping[str, Any]) -> str:
         """Render any template of the rule set (sandboxed, strict) with `context`."""
@@ -312,8 +320,8 @@ class Engine:
         markers and switches; how it renders tool results. `bos_token`/`eos_token` as the
         server passes them. Raises TemplateRaised when the template does not render a
         one-message conversation (a syntax error names its line)."""
-        return self._emulation.inspect_template(source, bos_token=bos_token,
-                                                eos_token=eos_token, origin=origin)
+        return self._chat_template.inspect_template(source, bos_token=bos_token,
+                                                    eos_token=eos_token, origin=origin)
 
     def call_grammar(self, tools: Any, model: Any = None, *, format: str = "gbnf",
                      tool_choice: Any = "auto", capability: Capability | None = None,

@@ -13,7 +13,7 @@ from typing import Any
 
 import click
 
-from ..emulation._inspect import TemplateSource
+from ..chat_template._inspect import TemplateSource
 from ._common import echo_json, fail
 
 __all__ = ["TemplateSource", "inspect_source", "load_source"]
@@ -60,7 +60,7 @@ def _from_file(path: str, bos: str | None, eos: str | None) -> TemplateSource:
 
 def _from_gguf(path: str, bos: str | None, eos: str | None) -> TemplateSource:
     from .._errors import ParseError
-    from ..emulation._gguf import read_gguf_template
+    from ..chat_template._gguf import read_gguf_template
 
     try:
         g = read_gguf_template(path)
@@ -132,7 +132,7 @@ def _family_name(src: TemplateSource, name: str | None) -> str:
 def inspect_source(engine: Any, src: TemplateSource, as_json: bool, write_rule: str | None,
                    name: str | None) -> None:
     from .._errors import ParseError
-    from ..emulation._chat import TemplateRaised
+    from ..chat_template._render import TemplateRaised
 
     try:
         report = engine.inspect_template(src.text, bos_token=src.bos_token,
@@ -145,7 +145,7 @@ def inspect_source(engine: Any, src: TemplateSource, as_json: bool, write_rule: 
         fail(str(exc))
     written = None
     if write_rule is not None:
-        from ..emulation._inspect import rule_stub
+        from ..chat_template._inspect import rule_stub
 
         family = _family_name(src, name)
         when = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d")

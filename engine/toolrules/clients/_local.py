@@ -42,7 +42,7 @@ from ..rules._default import resolve_engine
 from ._base import iterate_sync, sync_loop
 
 if TYPE_CHECKING:
-    from ..emulation._chat import ChatPrompt
+    from ..emulation._chat_prompt import ChatPrompt
     from ..emulation._grammar import CallGrammar
 
 __all__ = ["LocalModel", "default_gguf", "local_rules"]

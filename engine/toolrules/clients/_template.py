@@ -15,7 +15,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from .._errors import CapabilityError
-from ..emulation._inspect import TemplateSource
+from ..chat_template._inspect import TemplateSource
 
 __all__ = ["TemplateUnavailable", "fetch_server_template"]
 

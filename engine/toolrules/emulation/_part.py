@@ -16,11 +16,9 @@ from .._types import Capability, ContentPart, Message, Tool, ToolCall, coerce_to
 from ..calls._validation import ValidationError, as_tool_call, tool_index, validation_rules
 from ..rules._default import resolve_engine
 from ..rules._part import Part
-from ._chat import ChatPrompt
+from ._chat_prompt import ChatPrompt
 from ._grammar import CallGrammar
-from ._inspect import TemplateReport
 from ._rules import EmulationPrompt, EmulationRules, EmulationStyle
-from ._turns import Turns, is_permissive, normalize_turns
 
 __all__ = ["EmulationPart", "build_emulation_prompt"]
 
@@ -209,31 +207,6 @@ class EmulationPart(Part):
         flush()
         return out
 
-    def normalize_turns(self, messages: Iterable[Any], model: Any = None, *, tools: Any = None,
-                        capability: Capability | None = None) -> Turns:
-        """`messages` fitted to the turn constraints of the model's own chat template
-        (capability turn_*), with every rewrite recorded; no text is dropped."""
-        from ..providers._messages import coerce_messages
-
-        cap = self.capability_for(model, capability)
-        msgs = coerce_messages(messages)
-        if is_permissive(cap):
-            return Turns(tuple(msgs))
-        rules = self._emulation_rules()
-        # calls the template cannot take are written in the model's own trained format
-        # when the rules have one, else in its emulation style
-        style = cap.dialect if cap.dialect is not None and cap.dialect in rules.trained \
-            else None
-
-        def calls_as_text(group: list[Message]) -> list[Message]:
-            return self.emulate_history(group, tools, model, capability=cap, style=style)
-
-        def system_block(text: str) -> str:
-            return rules.render_template(rules.system_block, {"text": text}).strip("\n")
-
-        return normalize_turns(msgs, cap, calls_as_text=calls_as_text,
-                               system_block=system_block, join=rules.turn_join)
-
     def _turn_text(self, text: str, written: str, calls: Sequence[ToolCall],
                    reader: Callable[[], Any]) -> str:
         """An assistant turn as the model would have written it: its text, then its calls -
@@ -257,21 +230,13 @@ class EmulationPart(Part):
         """Render any template of the rule set (sandboxed, strict) with `context`."""
         return self._emulation_rules().render_template(name, context)
 
-    def inspect_template(self, source: str, *, bos_token: str = "", eos_token: str = "",
-                         origin: str = "template") -> TemplateReport:
-        """See Engine.inspect_template (emulation/_inspect.py)."""
-        from ._inspect import inspect_template
-
-        return inspect_template(self.engine, source, bos_token=bos_token,
-                                eos_token=eos_token, origin=origin)
-
     def chat_prompt(self, messages: Any, model: Any = None, *, tools: Any = None,
                     tool_choice: Any = "auto", capability: Capability | None = None,
                     style: str | None = None, template: str | None = None,
                     embedded: str | None = None, add_generation_prompt: bool = True,
                     bos_token: str = "", eos_token: str = "") -> ChatPrompt:
-        """See Engine.chat_prompt (emulation/_chat.py)."""
-        from ._chat import build_chat_prompt
+        """See Engine.chat_prompt (emulation/_chat_prompt.py)."""
+        from ._chat_prompt import build_chat_prompt
 
         return build_chat_prompt(self, messages, model, tools=tools, tool_choice=tool_choice,
                                  capability=capability, style=style, template=template,

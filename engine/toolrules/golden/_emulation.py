@@ -113,7 +113,7 @@ def _prompts(engine: Any, cases: dict[str, Any]) -> Iterable[GoldenFile]:
 # ---------------------------------------------------------------- turns
 
 def _turns(engine: Any, cases: dict[str, Any]) -> Iterable[GoldenFile]:
-    from ..emulation._turns import violations
+    from ..chat_template._turns import violations
     from ..providers._messages import coerce_messages
 
     tools = list(coerce_tools(cases.get("tools") or []))

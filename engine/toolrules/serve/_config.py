@@ -243,8 +243,8 @@ def ask_template(engine: Any, route: Route, ask: str | None) -> RouteTemplate | 
     render, keeps the rules' configuration, with the reason (logged)."""
     import logging
 
+    from ..chat_template._render import TemplateRaised
     from ..clients._template import TemplateUnavailable, fetch_server_template
-    from ..emulation._chat import TemplateRaised
     from ..providers._transport import http_rules
 
     if ask == "rules":

@@ -28,7 +28,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from .._errors import ParseError, ToolrulesError
-from ._chat import TemplateRaised, compile_chat_template, render_chat_template, template_environment
+from ._render import (
+    TemplateRaised,
+    compile_chat_template,
+    render_chat_template,
+    template_environment,
+)
 
 __all__ = ["CallFormat", "Probe", "ReasoningFormat", "TemplateReport", "TemplateSource",
            "inspect_template", "rule_stub"]

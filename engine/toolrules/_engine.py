@@ -222,10 +222,11 @@ class Engine:
         return self._providers.build_response(parsed, provider, model, response_id=response_id,
                                               created=created, usage=usage)
 
-    def sends_native_tools(self, model: str | None) -> bool:
-        """Does build_request send `model` its tools natively (else: the emulation prompt)?
-        Ids no family rule knows go natively unless an override says otherwise."""
-        return self._providers.sends_native_tools(model)
+    def sends_native_tools(self, model: str | None, provider: str | None = None) -> bool:
+        """Does build_request send `model` its tools natively, or the emulation prompt?
+        `provider`: the API the request goes to (a server that renders the model's chat
+        template may take the tools in the system prompt: capability turn_tools)."""
+        return self._providers.sends_native_tools(model, provider)
 
     def simplify_tools(self, tools: Any, model: str | None = None, *,
                        strategy: str | None = None

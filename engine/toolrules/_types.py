@@ -368,10 +368,12 @@ class Capability:
     """Where the template takes system messages: `anywhere`; `leading` (any number, before
     every other message); `first` (one, as the first message); `none` (no system role).
     Default anywhere."""
-    turn_system_stable: bool = False
-    """The leading system text must stay byte-stable (prompt caching): a later system text
-    travels as a wrapped block in the next user turn instead of joining the first system
-    message. Default False."""
+    turn_system_stable: bool = True
+    """A system (or developer) text that arrives after the conversation started stays where
+    it arrived - as a system message where the template takes one there, else a wrapped
+    block in the adjacent user turn - so the leading system prompt, and with it the cached
+    prompt prefix, never changes. False: later system texts are folded into the first
+    system message (the prompt's start changes with them). Default True."""
     turn_alternate: bool = False
     """User turns and assistant turns without calls must alternate, a user turn first (an
     assistant turn with calls and its tool results stand between them freely). Default
@@ -399,6 +401,24 @@ class Capability:
     turn_results_follow_calls: bool = False
     """Tool results must directly follow the assistant message that made the calls, in
     order. Default False."""
+    turn_tools: str = "template"
+    """Where the tool definitions go: `template` (the request's tools field, written where
+    the template puts them); `system` (the model's trained format in the leading system
+    prompt, no tools field: for a template that moves its tool list between turns, which
+    would make a server process the whole prompt again every turn). Default template."""
+    turn_template_kwargs: tuple[tuple[str, Any], ...] = ()
+    """Variables the template reads that keep earlier turns rendered as they were (a rule
+    writes a mapping, e.g. `{preserve_thinking: true}`): sent as the server's template
+    arguments (the provider rule's `request.template_kwargs`). Default none."""
+    turn_tool_schema: tuple[str, ...] = ()
+    """Fixes the template needs on the tool schemas it renders (names from the
+    `template_fixes` table of rules/schema_strategies.yaml, e.g. `property-types` for a
+    template that reads every property's `type`). Default none."""
+
+    @property
+    def template_kwargs(self) -> dict[str, Any]:
+        """turn_template_kwargs as a mapping."""
+        return dict(self.turn_template_kwargs)
 
     def non_default(self) -> dict[str, Any]:
         """The fields that differ from the defaults (what a resolution decided)."""
@@ -407,7 +427,10 @@ class Capability:
             value = getattr(self, f.name)
             default = f.default if f.default_factory is MISSING else f.default_factory()
             if value != default:
-                out[f.name] = list(value) if isinstance(value, tuple) else value
+                if f.name == "turn_template_kwargs":
+                    out[f.name] = dict(value)
+                else:
+                    out[f.name] = list(value) if isinstance(value, tuple) else value
         return out
 
 

@@ -25,7 +25,7 @@ def _describe(config: object) -> list[str]:
         engine = r.engine
         model_id = up.model_id or up.model
         if model_id:
-            native = engine.sends_native_tools(model_id)
+            native = engine.sends_native_tools(model_id, up.provider)
             cap = engine.capability(model_id)
             style = cap.emulation_style if cap.emulation_style != "dialect" else \
                 f"its own format, {cap.dialect}"

@@ -103,9 +103,12 @@ class _Family:
 
 def _capability_values(block: dict[str, Any] | None) -> dict[str, Any]:
     out = dict(block or {})
-    for key in ("quirks", "decline_calls", "input_media", "turn_roles"):
+    for key in ("quirks", "decline_calls", "input_media", "turn_roles", "turn_tool_schema"):
         if key in out and out[key] is not None:
             out[key] = tuple(out[key])
+    kwargs = out.get("turn_template_kwargs")
+    if isinstance(kwargs, dict):  # a mapping in the rule; hashable pairs in the Capability
+        out["turn_template_kwargs"] = tuple(sorted(kwargs.items()))
     return out
 
 

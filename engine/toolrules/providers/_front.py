@@ -13,18 +13,19 @@ Nothing here knows an API: every event, field name and error type is in the rule
 from __future__ import annotations
 
 import json
+import re
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from .._errors import CapabilityError, UnsupportedContentError
-from .._types import ParsedResponse, ToolCall
+from .._types import ContentPart, Message, ParsedResponse, ToolCall
 from ._messages import derived_id
 from ._rules import Expr, Provider
 
-__all__ = ["BlockEvents", "EventGrammar", "FieldCase", "Front", "StreamWriter", "compile_fields",
-           "compile_front", "wire_call_id"]
+__all__ = ["BlockEvents", "EventGrammar", "FieldCase", "Front", "StreamWriter", "VolatileText",
+           "compile_fields", "compile_front", "wire_call_id"]
 
 _KINDS = ("text", "reasoning", "tool")
 
@@ -100,6 +101,59 @@ def compile_fields(table: Any, where: str) -> dict[str, tuple[FieldCase, ...]] |
     return out
 
 
+@dataclass(frozen=True, slots=True)
+class VolatileText:
+    """Client metadata riding in the conversation's text (`serve.volatile`): what to take
+    out of which roles' texts, and what becomes of it."""
+
+    id: str
+    pattern: re.Pattern[str]
+    roles: frozenset[str]
+    action: str
+    """drop, or after (carried as a system text after the conversation)."""
+    why: str
+
+
+def _volatile(entries: Any) -> tuple[VolatileText, ...]:
+    out = []
+    for e in entries or ():
+        if isinstance(e, dict) and isinstance(e.get("match"), str):
+            out.append(VolatileText(str(e.get("id") or "volatile"), re.compile(e["match"], re.M),
+                                    frozenset(e.get("roles") or ("system",)),
+                                    str(e.get("action") or "drop"),
+                                    " ".join(str(e.get("why") or "").split())))
+    return tuple(out)
+
+
+def _without(content: Any, pattern: re.Pattern[str]) -> tuple[Any, list[str]]:
+    """`content` (text or content parts) without the matches of `pattern`, and what was
+    taken out."""
+    taken: list[str] = []
+
+    def cut(text: str) -> str:
+        def keep(m: re.Match[str]) -> str:
+            taken.append(m.group(0))
+            return ""
+        return pattern.sub(keep, text)
+
+    if isinstance(content, str):
+        return cut(content), taken
+    if isinstance(content, tuple):
+        parts = tuple(replace(p, text=cut(p.text)) if isinstance(p, ContentPart) and p.text
+                      else p for p in content)
+        return parts, taken
+    return content, taken
+
+
+def _blank(content: Any) -> bool:
+    if isinstance(content, str):
+        return not content.strip()
+    if isinstance(content, tuple):
+        return all(isinstance(p, ContentPart) and p.type == "text" and not (p.text or "").strip()
+                   for p in content)
+    return content is None
+
+
 @dataclass(frozen=True)
 class Front:
     """One client API: how its requests are read and its answers and errors written."""
@@ -124,6 +178,39 @@ class Front:
     fields: dict[str, tuple[FieldCase, ...]] | None = None
     """`serve.fields`: how every top-level field of a request is accounted for (None: the
     rule has no table, and nothing is checked)."""
+    volatile: tuple[VolatileText, ...] = ()
+    """`serve.volatile`: client metadata taken out of the conversation's texts."""
+
+    def take_volatile(self, messages: list[Message]) -> tuple[list[Message], list[dict[str, Any]]]:
+        """The conversation without the client metadata the rule lists (`serve.volatile`):
+        each match dropped, or carried as a system text after the conversation; a message
+        left with no text goes. Returns the messages and one rewrite record per use
+        ({action, messages, why}, as turn rewrites are recorded)."""
+        if not self.volatile:
+            return messages, []
+        out: list[Message] = []
+        rewrites: list[dict[str, Any]] = []
+        after: list[str] = []
+        for i, m in enumerate(messages):
+            content = m.content
+            for rule in self.volatile:
+                if m.role not in rule.roles:
+                    continue
+                content, taken = _without(content, rule.pattern)
+                if taken:
+                    moved = rule.action == "after"
+                    if moved:
+                        after.extend(t.strip() for t in taken if t.strip())
+                    rewrites.append({"action": "volatile-moved-after" if moved
+                                     else "volatile-dropped", "messages": [i],
+                                     "why": f"{rule.id}: {rule.why}"})
+            if content is m.content:
+                out.append(m)
+            elif not (_blank(content) and not m.tool_calls):
+                out.append(replace(m, content=_trim(content)))
+        if after:
+            out.append(Message(role="system", content="\n".join(after)))
+        return out, rewrites
 
     # ------------------------------------------------------------ requests
 
@@ -426,7 +513,14 @@ def compile_front(prov: Provider) -> Front:
         models_body=_opt(models.get("body"), f"{w}.models.body"),
         error_body=_opt(err.get("body"), f"{w}.error.body"),
         error_types=_status_table(err.get("types")), error_codes=_status_table(err.get("codes")),
-        events=grammar, prov=prov, fields=compile_fields(d.get("fields"), f"{w}.fields"))
+        events=grammar, prov=prov, fields=compile_fields(d.get("fields"), f"{w}.fields"),
+        volatile=_volatile(d.get("volatile")))
+
+
+def _trim(content: Any) -> Any:
+    """A text left by a cut without the blank lines at its start (where the cut text
+    stood); content parts as they are."""
+    return content.lstrip("\n") if isinstance(content, str) else content
 
 
 def _truthy(value: Any) -> bool:

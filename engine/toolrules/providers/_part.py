@@ -76,32 +76,53 @@ class ProvidersPart(Part):
             return out
         return self._cached("provider_aliases", build)
 
-    def _strategy(self, model: str | None) -> tuple[str | None, Pipeline | None]:
-        from ._transforms import compile_pipeline
+    def _strategy(self, model: str | None, prov: Provider | None = None
+                  ) -> tuple[str | None, Pipeline | None]:
+        """(a cache key, the ops) for the pipeline's `strategy` slot: the model's schema
+        simplification strategy, then - where `prov`'s server renders the model's chat
+        template - the fixes that template needs on the schemas it renders
+        (capability turn_tool_schema)."""
+        from ._transforms import Pipeline, compile_pipeline
 
         if model is None:
             return None, None
-        name = self.engine.capability(model).schema_strategy
-        if not name:
+        cap = self.engine.capability(model)
+        name = cap.schema_strategy
+        fixes = cap.turn_tool_schema if prov is not None and prov.renders_template else ()
+        if not name and not fixes:
             return None, None
-        table = (self.ruleset.table("schema_strategies") or {}).get("strategies") or {}
-        if name not in table:
-            raise UnknownRuleError("schema strategy", name, list(table))
+        table = self.ruleset.table("schema_strategies") or {}
         cache: dict[str, Pipeline] = self._cached("schema_strategies", dict)
-        if name not in cache:
-            cache[name] = compile_pipeline(table[name].get("pipeline"))
-        return name, cache[name]
+        steps: list[Any] = []
+        for kind, key in ([("strategies", name)] if name else []) + \
+                [("template_fixes", f) for f in fixes]:
+            entries = table.get(kind) or {}
+            if key not in entries:
+                raise UnknownRuleError("schema strategy" if kind == "strategies"
+                                       else "template fix", key, list(entries))
+            ck = key if kind == "strategies" else f"template_fixes:{key}"
+            if ck not in cache:
+                cache[ck] = compile_pipeline(entries[key].get("pipeline"))
+            steps.extend(cache[ck].steps)
+        if not fixes:
+            return name, cache[str(name)]
+        return f"{name or ''}+{'+'.join(fixes)}", Pipeline(tuple(steps))
 
-    def _native(self, model: str | None) -> bool:
+    def _native(self, model: str | None, prov: Provider | None = None) -> bool:
         """Does the model call tools through the API? Ids no family rule knows are sent
         natively - the provider's API took the tools field; known families decide, and so
-        does an explicit override for the id."""
+        does an explicit override for the id. Where `prov`'s server renders a chat template
+        that moves its tool list between turns (capability turn_tools: system), the tools
+        go in the leading system prompt instead."""
         if model is None:
             return True
         res = self.engine.resolve_model(model)
         if not res.spec.known and not res.overridden:
             return True
-        return bool(res.capability.native_tools)
+        cap = res.capability
+        if prov is not None and prov.renders_template and cap.turn_tools == "system":
+            return False
+        return bool(cap.native_tools)
 
     # ------------------------------------------------------------ tools
 
@@ -177,7 +198,7 @@ class ProvidersPart(Part):
             raise SchemaError(f"{len(tools)} tools; {prov.id} accepts at most {prov.max_tools} "
                               "per request (mask some with allowed_tools/denied_tools)")
         mode = self._strict_mode(prov, strict, model)
-        strategy = self._strategy(model)
+        strategy = self._strategy(model, prov)
         names = names if names is not None else self._name_map(prov, tools)
         return [json.loads(self._tool_entry(prov, t, names[t.name], mode, strategy)[1])
                 for t in tools]
@@ -325,6 +346,14 @@ class ProvidersPart(Part):
             set_path(body, path, value)
         if constraint is not None:
             set_path(body, constraint[0], constraint[1])
+        if prov.renders_template and prov.template_kwargs_path and model is not None:
+            # variables that keep the template's rendering of earlier turns as it was
+            # (capability turn_template_kwargs); what the client set itself wins
+            kwargs = self.engine.capability(model).template_kwargs
+            if kwargs:
+                given = get_path(body, prov.template_kwargs_path)
+                set_path(body, prov.template_kwargs_path,
+                         {**kwargs, **(given if isinstance(given, dict) else {})})
         if overrides:
             _apply_overrides(prov, body, overrides)
         return body
@@ -358,7 +387,7 @@ class ProvidersPart(Part):
 
         if not tools:
             return (), None, None
-        if not self._native(model):
+        if not self._native(model, prov):
             if norm is not None and norm[0] == "none":
                 return (), None, None
             render = self.engine.render_emulation  # None: emulation switched off on this engine
@@ -514,7 +543,7 @@ class ProvidersPart(Part):
         tool_list = coerce_tools(tools)
         names = self._name_map(prov, tool_list)
         mode = self._strict_mode(prov, strict, model)
-        strategy = self._strategy(model)
+        strategy = self._strategy(model, prov)
 
         def transform(tool: Tool) -> TransformedTool:  # only the tools that were called
             return self._tool_entry(prov, tool, names[tool.name], mode, strategy)[0]
@@ -547,7 +576,7 @@ class ProvidersPart(Part):
             res = self.engine.resolve_model(model)
             # no family rule, no dialect from an override either, and the tools went
             # natively (an emulated model answers in the format its prompt asked for)
-            if not res.spec.known and not res.capability.dialect and self._native(model):
+            if not res.spec.known and not res.capability.dialect and self._native(model, prov):
                 return True, prov.unknown_dialect
         if prov.text_fallback == "always":
             return True, None
@@ -556,7 +585,7 @@ class ProvidersPart(Part):
         cap = self.engine.capability(model)
         if prov.text_fallback == "dialect" and tools and cap.dialect:
             return True, None
-        return not self._native(model) or bool(cap.text_fallback), None
+        return not self._native(model, prov) or bool(cap.text_fallback), None
 
     def parse_response(self, body: Any, provider: str, tools: Any = None,
                        model: str | None = None, *, strict: Any = None,
@@ -686,9 +715,11 @@ class ProvidersPart(Part):
         return prune(prov.response_build(view), opaque | {id(message)})
 
 
-    def sends_native_tools(self, model: str | None) -> bool:
-        """Does build_request send `model` its tools natively (else: the emulation prompt)?"""
-        return self._native(model)
+    def sends_native_tools(self, model: str | None, provider: str | None = None) -> bool:
+        """Does build_request send `model` its tools natively (else: the emulation prompt)?
+        `provider`: the API the request goes to (where its server renders the model's chat
+        template, the template's tool placement counts)."""
+        return self._native(model, self.provider_rules(provider) if provider else None)
 
     def simplify_tools(self, tools: Any, model: str | None = None, *,
                        strategy: str | None = None

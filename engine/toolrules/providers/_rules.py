@@ -496,6 +496,8 @@ class Provider:
     media: MediaWriter = field(default_factory=lambda: MediaWriter(frozenset(), {}))
     tools_refuse: tuple[ToolRefusal, ...] = ()
     renders_template: bool = False
+    template_kwargs_path: str | None = None
+    """Body path of the server's chat-template variables (`request.template_kwargs`)."""
 
     # ------------------------------------------------------------ finish reasons
 
@@ -638,6 +640,7 @@ def compile_provider(rs: RuleSet, rule_id: str) -> Provider:
         sequential_calls=bool(stream.get("sequential_calls")),
         lossy=frozenset(d.get("lossy") or ()),
         renders_template=bool(d.get("renders_template")),
+        template_kwargs_path=req.get("template_kwargs"),
         _id_pattern=re.compile(call_ids["pattern"]) if call_ids.get("pattern") else None,
         media=_media(msgs.get("media") or {}, f"{w} messages.media"),
         tools_refuse=tuple(
@@ -777,6 +780,7 @@ def check_rules(rs: RuleSet, rep: Any, failed: set[tuple[str, str]]) -> None:
                       "provider-incomplete")
         _check_media(rep, rf, rid, merged)
         _check_fields(rep, rf, rid, data, merged)
+        _check_volatile(rep, rf, data)
         unknown = (merged.get("response") or {}).get("unknown_dialect")
         dialects = rs.files.get("dialect", {})
         if isinstance(unknown, str) and unknown not in dialects:
@@ -792,6 +796,14 @@ def check_rules(rs: RuleSet, rep: Any, failed: set[tuple[str, str]]) -> None:
             names.add(name)
             if isinstance(strat, dict):
                 _check_pipeline(rep, strategies, ("strategies", name, "pipeline"), strat.get("pipeline"))
+    fixes: set[str] = set()
+    if strategies is not None and ("table", "schema_strategies") not in failed \
+            and isinstance(strategies.data, dict):
+        for name, fix in (strategies.data.get("template_fixes") or {}).items():
+            fixes.add(name)
+            if isinstance(fix, dict):
+                _check_pipeline(rep, strategies, ("template_fixes", name, "pipeline"),
+                                fix.get("pipeline"))
     for _rid, rf in sorted(rs.files.get("model", {}).items()):
         if not isinstance(rf.data, dict):
             continue
@@ -800,6 +812,12 @@ def check_rules(rs: RuleSet, rep: Any, failed: set[tuple[str, str]]) -> None:
                 rep.error(rf, path, f"schema strategy {value!r} is not defined in "
                           "rules/schema_strategies.yaml" + _hint(value, sorted(names)),
                           "missing-strategy")
+        for path, value in _capability_refs(rf.data, "turn_tool_schema"):
+            for i, fix_name in enumerate(value if isinstance(value, list) else ()):
+                if isinstance(fix_name, str) and fix_name not in fixes:
+                    rep.error(rf, (*path, i), f"template fix {fix_name!r} is not defined in "
+                              "rules/schema_strategies.yaml (template_fixes)"
+                              + _hint(fix_name, sorted(fixes)), "missing-template-fix")
 
 
 def _check_media(rep: Any, rf: Any, rid: str, merged: dict[str, Any]) -> None:
@@ -921,6 +939,31 @@ def _field_cases(value: Any) -> list[Any]:
     return value if isinstance(value, list) else [value]
 
 
+def _check_volatile(rep: Any, rf: Any, data: dict[str, Any]) -> None:
+    """`serve.volatile` patterns compile, cannot backtrack exponentially, cannot match an
+    empty text (a rule that takes nothing out is a mistake), and ids are unique."""
+    from ..rules._lint import check_regex
+
+    serve = data.get("serve")
+    entries = serve.get("volatile") if isinstance(serve, dict) else None
+    seen: set[str] = set()
+    for i, entry in enumerate(entries if isinstance(entries, list) else ()):
+        if not isinstance(entry, dict):
+            continue
+        where = ("serve", "volatile", i)
+        pattern = entry.get("match")
+        if check_regex(rep, rf, (*where, "match"), pattern) and isinstance(pattern, str) \
+                and re.compile(pattern, re.M).fullmatch(""):
+            rep.error(rf, (*where, "match"), "a volatile pattern must not match an empty "
+                      "text", "volatile-empty")
+        ident = entry.get("id")
+        if isinstance(ident, str):
+            if ident in seen:
+                rep.error(rf, (*where, "id"), f"volatile id {ident!r} is used twice",
+                          "volatile-id")
+            seen.add(ident)
+
+
 def _check_fields(rep: Any, rf: Any, rid: str, data: dict[str, Any],
                   merged: dict[str, Any]) -> None:
     """A served API accounts for every top-level field of a request (`serve.fields`):
@@ -985,6 +1028,22 @@ def _strategy_refs(data: dict[str, Any]) -> Iterable[tuple[tuple[Any, ...], Any]
                 s = item.get("set") if isinstance(item, dict) else None
                 if isinstance(s, dict) and s.get("schema_strategy") is not None:
                     yield (key, i, "set", "schema_strategy"), s["schema_strategy"]
+
+
+def _capability_refs(data: dict[str, Any], field: str
+                     ) -> Iterable[tuple[tuple[Any, ...], Any]]:
+    """Where a model rule sets capability `field`: (path, value) in defaults, capabilities
+    and overrides."""
+    defaults = data.get("defaults")
+    if isinstance(defaults, dict) and field in defaults:
+        yield ("defaults", field), defaults[field]
+    for key in ("capabilities", "overrides"):
+        items = data.get(key)
+        if isinstance(items, list):
+            for i, item in enumerate(items):
+                s = item.get("set") if isinstance(item, dict) else None
+                if isinstance(s, dict) and field in s:
+                    yield (key, i, "set", field), s[field]
 
 
 def _hint(name: str, known: list[str]) -> str:

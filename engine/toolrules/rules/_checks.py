@@ -102,6 +102,12 @@ LINT_CHECKS: tuple[LintCheck, ...] = (
         ("transform-op", "A transform op's parameters are wrong (the message says which)."),
         ("missing-strategy", "A schema strategy is not defined in "
                              "rules/schema_strategies.yaml."),
+        ("missing-template-fix", "A model's `turn_tool_schema` names a fix that is not in "
+                                 "the `template_fixes` table of "
+                                 "rules/schema_strategies.yaml."),
+        ("volatile-empty", "A `serve.volatile` pattern matches an empty text: it would take "
+                           "nothing out, or everything between lines."),
+        ("volatile-id", "Two `serve.volatile` entries of one provider share an id."),
         ("provider-media", "The media section contradicts itself (`move_results.to` is not "
                            "one of `media.roles`)."),
         ("provider-fields", "A provider served to clients (`serve:`) does not account for "

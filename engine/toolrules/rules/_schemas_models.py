@@ -53,9 +53,12 @@ CAPABILITY_FIELDS: dict[str, dict[str, Any]] = {
                         "leading (any number, before every other message); first (one, as "
                         "the first message); none (no system role)", "turn_system: first",
                         allowed=["anywhere", "leading", "first", "none"]),
-    "turn_system_stable": _bool("the leading system text must stay byte-stable (prompt "
-                                "caching): a later system text travels as a wrapped block in "
-                                "the next user turn instead of joining the first"),
+    "turn_system_stable": _bool("a system text that arrives after the conversation "
+                                "started stays where it arrived (a system message where the "
+                                "template takes one there, else a wrapped block in the "
+                                "adjacent user turn), so the prompt's start never changes "
+                                "(default true); false folds it into the first system "
+                                "message"),
     "turn_alternate": _bool("user turns and assistant turns without calls must alternate, "
                             "a user turn first (turns with calls and their results stand "
                             "between them freely)"),
@@ -80,6 +83,23 @@ CAPABILITY_FIELDS: dict[str, dict[str, Any]] = {
                           r"(?:[^{}]|\{name\}|\{index\})*$"),
     "turn_results_follow_calls": _bool("tool results must directly follow the message "
                                        "that made the calls"),
+    "turn_tools": _str("where the tool definitions go where a template renders: template "
+                       "(the tools field, where the template writes them) or system (the "
+                       "model's trained format in the leading system prompt, for a template "
+                       "that moves its tool list between turns)", "turn_tools: system",
+                       allowed=["template", "system"]),
+    "turn_template_kwargs": {"type": "dict", "keysrules": {"type": "string",
+                                                           "regex": r"^[A-Za-z_][A-Za-z0-9_]*$"},
+                             "valuesrules": {"type": ["boolean", "integer", "float",
+                                                      "string"]},
+                             **_doc("variables the chat template reads that keep earlier "
+                                    "turns rendered as they were, sent as the server's "
+                                    "template arguments (provider request.template_kwargs)",
+                                    "turn_template_kwargs: {preserve_thinking: true}")},
+    "turn_tool_schema": _strlist("fixes the chat template needs on the tool schemas it "
+                                 "renders (names in the template_fixes table of "
+                                 "rules/schema_strategies.yaml)",
+                                 "turn_tool_schema: [property-types]"),
 }
 
 _CAPABILITY_MAP = {"type": "dict", "schema": CAPABILITY_FIELDS,

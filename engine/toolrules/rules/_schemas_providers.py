@@ -300,6 +300,33 @@ _SERVE = _section("how a proxy serves this API to its clients (toolrules serve):
                       "is refused: nothing is dropped unseen. Null values pass",
                       "fields: {model: read, metadata: {ignore: labels only}, n: [{when: "
                       "\"n == `1`\", ignore: one answer}, {refuse: one answer only}]}")},
+    "volatile": {"type": "list", "nullable": True, **_doc(
+        "client metadata that rides in the conversation's text but is not conversation "
+        "(a billing line, a per-request checksum ...): each entry is taken out of the "
+        "messages of the listed roles before the conversation goes upstream - dropped, or "
+        "carried after the conversation - so that the prompt's start stays the same from "
+        "turn to turn and from one conversation to the next (a server reuses its cache "
+        "only for an unchanged prefix). Each use is a recorded rewrite. Never for text "
+        "the user or the agent wrote",
+        "volatile: [{id: billing-line, match: '^x-billing: [^\\n]*\\n?', action: drop, "
+        "why: per-conversation billing metadata}]"),
+        "schema": {"type": "dict", "schema": {
+            "id": {**_str("a name for the rewrite log", "id: billing-line"),
+                   "required": True, "regex": r"^[a-z0-9][a-z0-9-]*$"},
+            "match": {**_str("a regular expression (multiline: ^ and $ match at line "
+                             "ends) over each message text of the roles; every match is "
+                             "taken out", "match: '^x-billing: [^\\n]*\\n?'"),
+                      "required": True},
+            "roles": {"type": "list", "schema": {"type": "string",
+                                                 "allowed": ["system", "user"]},
+                      **_doc("the roles whose texts are searched (default [system]; "
+                             "developer messages are read as system)", "roles: [system]")},
+            "action": _str("drop (it has no meaning for the model) or after (it is carried "
+                           "as a system text after the conversation)", "action: drop",
+                           allowed=["drop", "after"]),
+            "why": {**_str("what it is and why it is not conversation (the rewrite log "
+                           "says it)"), "required": True},
+        }}},
     "count_tokens": _section("a token-count endpoint (an estimate)", {
         "path": _str("its path", "path: /v1/messages/count_tokens"),
         "body": _expr("the answer; view: {tokens}", "body: \"{input_tokens: tokens}\""),
@@ -369,6 +396,10 @@ PROVIDER_SCHEMA: dict[str, Any] = {
                            "options: {max_tokens: generationConfig.maxOutputTokens}")},
         "reserved": _strlist("body fields request_overrides may not replace",
                              "reserved: [model, messages, tools, tool_choice]"),
+        "template_kwargs": _str("body path of the chat-template variables a server that "
+                                "renders the model's template passes to it (capability "
+                                "turn_template_kwargs is written there)",
+                                "template_kwargs: chat_template_kwargs"),
     }),
     "system": _section("where system prompts go", {
         "placement": _str("message (in the message list) or field (a body field)",
@@ -523,6 +554,23 @@ STRATEGIES_SCHEMA: dict[str, Any] = {
                "capability `schema_strategy`", "strategies: {weak: {pipeline: [remove_optional]}}"),
         "valuesrules": {"type": "dict", "schema": {
             "description": _str("what the strategy is for"),
+            "pipeline": {**_PIPELINE, "required": True},
+        }},
+    },
+    "template_fixes": {
+        "type": "dict", "keysrules": {"type": "string", "regex": r"^[a-z0-9][a-z0-9_-]*$"},
+        **_doc("fix name -> {description, probe, pipeline}: what a chat template needs on the "
+               "tool schemas it renders; a model (or a served route, from `toolrules inspect`) "
+               "names the fixes in its capability `turn_tool_schema`, and they run at the "
+               "`strategy` slot of a template-rendering provider's pipeline",
+               "template_fixes: {property-types: {probe: {...}, pipeline: [fill_missing]}}"),
+        "valuesrules": {"type": "dict", "schema": {
+            "description": _str("what the template needs, and why"),
+            "probe": {"type": "dict", "required": True,
+                      **_doc("a tool's parameters schema showing the shape: inspect renders "
+                             "a tool with it, and a template that fails on it but renders "
+                             "it after the pipeline needs the fix",
+                             "probe: {type: object, properties: {value: {description: any}}}")},
             "pipeline": {**_PIPELINE, "required": True},
         }},
     },

@@ -71,7 +71,7 @@ class Exchange:
         self._numbered = 0 if numbered_ids else None
         self.outcome = Outcome()
         eng = self.engine
-        self.native = eng.sends_native_tools(self.model_id) if tools else True
+        self.native = eng.sends_native_tools(self.model_id, client.provider) if tools else True
         self.outcome.native = self.native
         self.sent_tools: list[Tool] | tuple[Tool, ...] = tools
         self._restore = None

@@ -116,10 +116,12 @@ def test_each_metric_from_known_runs():
 
 # ---------------------------------------------------------------- scenarios and the catalog
 
-def test_bundled_scenarios_cover_the_seed_sets(engine):
+def test_bundled_scenarios_cover_the_loop_set_and_the_tiers(engine):
     ids = {s.id for s in load_scenarios(engine)}
-    assert {"happy_path", "happy_path_parallel", "missing_workspace_id", "type_error_recovery",
-            "long_arguments_guard", "chat_only"} <= ids
+    editor = {"happy_path", "happy_path_parallel", "missing_workspace_id", "type_error_recovery",
+              "long_arguments_guard", "chat_only"}
+    assert editor <= ids
+    assert {s.id for s in load_scenarios(engine, ["editor"])} == editor
     tiers = {s.tier for s in load_scenarios(engine)}
     assert {"simple", "medium", "complex", "realistic", "guardrail", "chat"} <= tiers
     complex_ = next(s for s in load_scenarios(engine) if s.tier == "complex")

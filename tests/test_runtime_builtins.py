@@ -33,7 +33,7 @@ def test_builtin_tools_come_from_the_rules(ws):
     assert rc.tool.parameters["required"] == ["command"]
 
 
-def test_descriptions_pass_the_seed_000_audit():
+def test_descriptions_pass_the_tool_description_audit():
     tools = toolrules.builtin_tools().tools()
     scores = {name: q.score for name, q in toolrules.audit_tool_set(tools).items()}
     assert set(scores) == set(NAMES)

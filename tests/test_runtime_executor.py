@@ -1,4 +1,4 @@
-"""The executor pipeline (seed 002 ToolExecutor, seed 003 dispatcher and guardrails):
+"""The executor pipeline (ToolExecutor: the dispatcher and its guardrails):
 trust levels, masks, hidden tools, unknown tools, validation, size caps, duplicate ids,
 rate limits, confirmation, dry-run, timeouts, parallel batches."""
 
@@ -367,8 +367,8 @@ def test_handler_exceptions_become_tool_errors_from_the_rules():
 
 
 def test_read_modify_write_chain(ws):
-    """Seed 002's HELLO test, one call at a time: read input.txt, upper-case it, write
-    output.txt."""
+    """The read-modify-write loop, one call at a time: read input.txt ("hello"),
+    upper-case it, write output.txt ("HELLO")."""
     ex = executor(ws)
     first = run(ex, "read_file", "c1", path="input.txt")
     assert first.ok and first.output == "hello"

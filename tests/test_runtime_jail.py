@@ -1,4 +1,4 @@
-"""The workspace jail (seed 002 path security): traversal, absolute paths, ~, NUL bytes,
+"""The workspace jail (path security): traversal, absolute paths, ~, NUL bytes,
 invisible and look-alike characters, symlinks out (and swapped in during a read),
 blocked patterns for reads, writes and listings."""
 
@@ -234,7 +234,7 @@ def test_read_size_limit(tree):
     assert "search_files" in result.error
     (ws / "ok.txt").write_bytes(b"x" * 1_000_000)
     assert len(Jail(ws, policy_rules("default")).read_bytes("ok.txt", 1_000_000)) == 1_000_000
-    # read, but more than the output cap (seed 003): replaced, recoverable
+    # read, but more than the output cap: replaced, recoverable
     result = run(executor(ws, "read_only"), "read_file", path="ok.txt")
     assert code(result) == "TOOL_OUTPUT_TOO_LARGE"
     assert result.tool_error.recoverable

@@ -16,7 +16,7 @@ from toolrules.cli import main
 from toolrules.runtime import policy_rules
 
 
-def test_default_policy_matches_seed_002():
+def test_default_policy_levels_blocked_paths_and_limits():
     pol = policy_rules("default")
     assert pol.levels == ("discovery", "read_only", "workspace", "shell", "full")
     for pattern in (".env", ".env.*", ".git", "node_modules", "__pycache__", "*.pem", "*.key",

@@ -2,7 +2,7 @@
 SDKs as clients, scripted upstreams (tests/wire_server.py) behind the proxy.
 
 Native upstreams (passthrough), upstreams that answer tool calls as raw text (parsed
-back into tool calls), emulated upstreams (seed 004: a coding agent's schemas,
+back into tool calls), emulated upstreams (a coding agent's schemas on a local coder model,
 simplified, validated and retried), multi-turn conversations with tool results, both
 streamed and not, and the OpenAI Responses API."""
 
@@ -343,7 +343,7 @@ def test_concurrent_requests_never_mix(tmp_path):
     assert results == {i: f"echo n{i}" for i in range(24)}
 
 
-# ---------------------------------------------------------------- seed 004, end to end
+# ---------------------------------------------------------------- a coding agent, end to end
 
 AGENT_TOOLS: list[dict[str, Any]] = [
     {"name": "Bash", "description": "Executes a bash command in a persistent shell session "
@@ -394,7 +394,7 @@ AGENT_TOOLS: list[dict[str, Any]] = [
 ]
 SCHEMAS = {t["name"]: t["input_schema"] for t in AGENT_TOOLS}
 
-SEED_004 = """
+AGENT_ROUTE = """
 routes:
   - model: claude-sonnet-4-5
     upstream:
@@ -441,10 +441,10 @@ class FakeQwen:
 
 
 @pytest.mark.parametrize("stream", [False, True])
-def test_seed_004_coding_agent_tools_through_an_emulated_upstream(tmp_path, stream):
+def test_coding_agent_tools_through_an_emulated_upstream(tmp_path, stream):
     fake = FakeQwen()
     with WireServer(responder=fake) as up, \
-            ProxyServer(config=SEED_004 % up.url, tmp=tmp_path) as proxy:
+            ProxyServer(config=AGENT_ROUTE % up.url, tmp=tmp_path) as proxy:
         fake.engine = proxy.config.routes[0].engine
         client = an(proxy)
         kwargs = dict(model="claude-sonnet-4-5", max_tokens=1024, tools=AGENT_TOOLS,
@@ -485,7 +485,7 @@ def test_seed_004_coding_agent_tools_through_an_emulated_upstream(tmp_path, stre
 def test_emulated_multi_turn_history_goes_upstream_as_text(tmp_path):
     fake = FakeQwen()
     with WireServer(responder=lambda s: chat_reply("Found it in config.py.")) as up, \
-            ProxyServer(config=SEED_004 % up.url, tmp=tmp_path) as proxy:
+            ProxyServer(config=AGENT_ROUTE % up.url, tmp=tmp_path) as proxy:
         fake.engine = proxy.config.routes[0].engine
         m = an(proxy).messages.create(
             model="claude-sonnet-4-5", max_tokens=256, tools=AGENT_TOOLS, messages=[
@@ -505,7 +505,7 @@ def test_emulated_multi_turn_history_goes_upstream_as_text(tmp_path):
 
 def test_text_fallback_only_when_configured(tmp_path):
     prose = "Let me use the Glob tool to look around."
-    cfg = SEED_004.replace("validation_retries: 2", "validation_retries: 0") + \
+    cfg = AGENT_ROUTE.replace("validation_retries: 2", "validation_retries: 0") + \
         "      text_fallback: {on}\n"
     for on, want in (("false", []), ("true", ["Glob"])):
         with WireServer(responder=lambda s: chat_reply(prose)) as up, \
@@ -542,7 +542,7 @@ def test_route_options_become_the_capability(engine, tmp_path):
     from toolrules.serve import load_config
 
     path = tmp_path / "p.yaml"
-    path.write_text(SEED_004 % "http://127.0.0.1:9", encoding="utf-8")
+    path.write_text(AGENT_ROUTE % "http://127.0.0.1:9", encoding="utf-8")
     route = load_config(engine, path).routes[0]
     model_id = "Qwen/Qwen3-Coder-30B-A3B-Instruct"
     assert engine.sends_native_tools(model_id)            # the rules say native ...
@@ -557,7 +557,7 @@ def test_cli_check_prints_routes(tmp_path):
     from toolrules.cli import main
 
     path = tmp_path / "p.yaml"
-    path.write_text(SEED_004 % "http://127.0.0.1:9", encoding="utf-8")
+    path.write_text(AGENT_ROUTE % "http://127.0.0.1:9", encoding="utf-8")
     res = CliRunner().invoke(main, ["serve", "--config", str(path), "--check"])
     assert res.exit_code == 0, res.output
     assert "claude-sonnet-4-5 -> lmstudio:qwen/qwen3-coder-30b" in res.output

@@ -200,7 +200,7 @@ def test_type_case():
     assert out["type"] == "OBJECT" and out["properties"]["a"]["type"] == ["STRING", "NULL"]
 
 
-# ---------------------------------------------------------------- seed 004 strategies
+# ---------------------------------------------------------------- schema-simplification ops
 
 def test_remove_optional():
     out = run(["remove_optional"], obj({"a": {"type": "string"}, "b": {"type": "string"},

@@ -1,5 +1,6 @@
-"""Call validation (RFC-136 §10), retry feedback with a corrected example (seed 004,
-approach 3), size guards and the dispatcher envelope (seed 003)."""
+"""Call validation (RFC-136 §10), retry feedback with a corrected example call
+(validate-and-retry), size guards and the dispatcher envelope {ok, data, warnings,
+errors}."""
 
 from __future__ import annotations
 

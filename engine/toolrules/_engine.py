@@ -231,9 +231,10 @@ class Engine:
     def simplify_tools(self, tools: Any, model: str | None = None, *,
                        strategy: str | None = None
                        ) -> tuple[tuple[Tool, ...], Callable[[ToolCall], ToolCall]]:
-        """Tools through the model's schema strategy (capability `schema_strategy`) or the
-        named `strategy` (seed 004 approach 1): the simplified tools, and a function that
-        gives a call made against them back in the original schema's shape."""
+        """Tools through the model's schema-simplification strategy (capability
+        `schema_strategy`) or the named `strategy` (rules/schema_strategies.yaml): the
+        simplified tools, and a function that gives a call made against them back in the
+        original schema's shape."""
         return self._providers.simplify_tools(tools, model, strategy=strategy)
 
     def front(self, provider: str) -> Front:
@@ -369,7 +370,7 @@ class Engine:
                          capability: Capability | None = None, attempt: int = 1,
                          coerce: Any = None, max_attempts: int | None = None,
                          retry: bool | None = None, style: str | None = None) -> CallCheck:
-        """Validate a response's calls before execution (seed 004 approach 3)."""
+        """Validate a response's calls before execution (validate-and-retry)."""
         return self._calls.check_tool_calls(calls, tools, model, capability=capability, attempt=attempt, coerce=coerce, max_attempts=max_attempts, retry=retry, style=style)
 
     def validate_with_retry(self, generate: Callable[[str | None], Any], tools: Any,

@@ -339,7 +339,7 @@ class Capability:
     supports_forced_tool_choice: bool = True
     """A specific tool can be forced. Default True."""
     tool_calling_reliable: bool = False
-    """Reliable enough for enforced tool use (seed 003). Default False."""
+    """Reliable enough for enforced tool use (`tool_use_mode="enforced"`). Default False."""
     schema_strategy: str | None = None
     """Schema simplification strategy for weak models (rules/schema_strategies.yaml). Default None."""
     prompt_guidance: bool = False

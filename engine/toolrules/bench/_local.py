@@ -13,7 +13,7 @@ one-turn conversation offering all four tools. Three ways of asking:
   the same dialect: answers holding a call, calls that are schema-valid and name an
   offered tool (usable), the right tool.
 
-Greedy decoding (temperature 0, seed 0): the figures repeat run to run on one build of
+Greedy decoding (temperature 0, a fixed sampling seed): the figures repeat run to run on one build of
 llama.cpp. Skipped when llama_cpp or the weights are not installed.
 """
 

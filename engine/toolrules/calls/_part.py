@@ -93,7 +93,7 @@ class CallsPart(Part):
                          capability: Capability | None = None, attempt: int = 1,
                          coerce: Any = None, max_attempts: int | None = None,
                          retry: bool | None = None, style: str | None = None) -> CallCheck:
-        """Validate a response's calls before execution (seed 004 approach 3).
+        """Validate a response's calls before execution (validate-and-retry).
 
         `retry` is due when a call is invalid, attempts remain (`max_attempts`, default
         rules/validation.yaml), and the capability says `validate_retry` (or `retry=True`);
@@ -269,7 +269,8 @@ def format_validation_errors_for_retry(errors: Iterable[ValidationError], call: 
 def dispatch_tool_call(call: Any, tools: Any, execute: Any, *, coerce: Any = None,
                        max_tool_args_bytes: int | None = None,
                        max_tool_output_bytes: int | None = None, engine: Any = None) -> ToolEnvelope:
-    """Validate, execute and wrap one call in `{ok, data, warnings, errors}` (seed 003)."""
+    """Validate, execute and wrap one call in the dispatcher envelope
+    `{ok, data, warnings, errors}`."""
     return resolve_engine(engine).dispatch_tool_call(call, tools, execute, coerce=coerce,
                                               max_tool_args_bytes=max_tool_args_bytes,
                                               max_tool_output_bytes=max_tool_output_bytes)

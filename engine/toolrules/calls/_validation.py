@@ -1,8 +1,8 @@
 """Validating tool calls against their JSON Schema, driven by rules/validation.yaml.
 
-RFC-136 §10 (structured, actionable errors), seed 004 approach 3 (a corrected example
-call in the feedback), seed 003 (size guards and the `{ok, data, warnings, errors}`
-envelope). Schemas are checked with jsonschema's draft 2020-12 validator ($ref, anyOf,
+Structured, actionable errors (RFC-136 §10), retry feedback that carries a corrected
+example call, the dispatcher's size guards and its `{ok, data, warnings, errors}`
+envelope. Schemas are checked with jsonschema's draft 2020-12 validator ($ref, anyOf,
 formats; formats jsonschema cannot check alone come from the table as regexes).
 Coercions ("3" -> 3) happen only when the caller opts in, and only where the schema
 asks for the target type.
@@ -118,7 +118,7 @@ class ValidationResult:
 
 @dataclass(frozen=True, slots=True)
 class ToolEnvelope:
-    """The dispatcher's normalized result `{ok, data, warnings, errors}` (seed 003)."""
+    """The dispatcher's normalized result, the envelope `{ok, data, warnings, errors}`."""
 
     ok: bool
     data: Any = None

@@ -1,5 +1,5 @@
-"""CLI: `toolrules chat`, an interactive session on the tool loop (seed 002's chat with
-tools): text as it streams, each tool call and its result as one line, `::` commands.
+"""CLI: `toolrules chat`, an interactive chat with tools on the tool loop: text as it
+streams, each tool call and its result as one line, `::` commands.
 
 The session logic is runtime/_session.py; this module only reads lines (prompt_toolkit on
 a terminal: history, `::` commands coloured as typed; plain lines otherwise, so a chat can

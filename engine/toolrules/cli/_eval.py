@@ -51,7 +51,8 @@ def eval_command(models: str | None, scenarios: tuple[str, ...], trials: int, jo
                  report_dir: str | None, base_url: str | None, as_json: bool, quiet: bool,
                  rule_paths: tuple[str, ...]) -> None:
     """Measure tool calling: every scenario (rules/scenarios) through the full tool loop, per
-    model and strategy; seed 000's metrics. Exit 1 when a run errors."""
+    model and strategy, with the success metrics (success rate, tool selection, parameter
+    accuracy, first-try success, retries, latency). Exit 1 when a run errors."""
     from ..evals import build_report, plan, write_reports
     from ..evals._runner import preflight
 
@@ -143,7 +144,7 @@ def _print_summary(report: dict[str, Any], wall: float) -> None:
     for row in rows:
         t.add_row(*row)
     console.print(t)
-    t2 = Table(title="By strategy (seed 000 metrics)", title_justify="left")
+    t2 = Table(title="Metrics by strategy", title_justify="left")
     for i, h in enumerate(STRATEGY_HEADER):
         t2.add_column(h, justify="left" if i == 0 else "right")
     for row in strategy_rows(report):

@@ -1,6 +1,6 @@
 """Evaluation (`toolrules eval`): scenarios as rules (rules/scenarios/), offline scripted
 models per dialect, live models through connect(), the strategy matrix of rules/eval.yaml,
-seed 000's metrics, the reports (JSON, Markdown, HTML with charts), and replaying a run
+the success metrics, the reports (JSON, Markdown, HTML with charts), and replaying a run
 from its trace (`replay_eval`)."""
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """rules/eval.yaml as values: the offline catalog (scripted models per dialect), named live
 models, model-filter presets, the strategy matrix and sampling profiles; the model filter
-of seed 003 (comma-separated ids, providers or tags, `*` wildcards, `!` exclusions)."""
+(comma-separated ids, providers or tags, `*` wildcards, `!` exclusions)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Evaluation metrics (seed 000 "Tool Calling Evaluation Strategy"): per-call records
+"""Evaluation metrics (the RFC-136 success metrics for tool calling): per-call records
 (`ToolCallEvent`), per-run records (`RunRecord`) and the aggregate
 (`ToolEvaluationMetrics`), computed from runs.
 
@@ -34,7 +34,7 @@ __all__ = ["RunRecord", "ToolCallEvent", "ToolEvaluationMetrics", "aggregate", "
 
 @dataclass(frozen=True, slots=True)
 class ToolCallEvent:
-    """Single tool call event for evaluation logging (seed 000)."""
+    """Single tool call event for evaluation logging."""
 
     task_id: str
     tool_name: str
@@ -103,7 +103,8 @@ class RunRecord:
 
 @dataclass(frozen=True, slots=True)
 class ToolEvaluationMetrics:
-    """Metrics for evaluating tool calling effectiveness (seed 000)."""
+    """Metrics for evaluating tool calling effectiveness: success rate, tool selection and
+    parameter accuracy, first-attempt success, retries, repairs, latency, tokens."""
 
     total_tasks: int
     successful_tasks: int

@@ -1,5 +1,5 @@
 """Reports of an evaluation: report.json (every group of model x scenario x strategy with
-seed 000's metric names, every run), summary.md, and a self-contained report.html whose
+the success metrics by name, every run), summary.md, and a self-contained report.html whose
 charts are drawn by plotly (its JavaScript inlined: the page needs no network)."""
 
 from __future__ import annotations

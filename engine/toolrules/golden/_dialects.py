@@ -38,7 +38,8 @@ __all__ = ["dialect_markers", "golden_files", "splits", "stream_parse"]
 
 
 def splits(text: str, seed: int) -> list[str]:
-    """Seed 0: one character per delta; otherwise random groups of 1..8 characters."""
+    """`seed` 0 gives one character per delta; any other seeds random groups of 1..8
+    characters."""
     if seed == 0:
         return list(text)
     rng = random.Random(seed)

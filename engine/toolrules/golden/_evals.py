@@ -1,7 +1,7 @@
 """Golden suite `evals`: the offline evaluation (`toolrules eval` with no filters: every
 scenario of rules/scenarios on every offline entry of rules/eval.yaml, under the default
 strategies), reduced to the numbers that must not drift: successes per model and
-strategy, seed 000's metrics per strategy (latency left out: it is measured, not
+strategy, the success metrics per strategy (latency left out: it is measured, not
 deterministic), and every failing run with its first reason.
 
 Invariant: no run raised an error (a scripted model that cannot be read, an entry whose

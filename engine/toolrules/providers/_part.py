@@ -800,7 +800,7 @@ def _names(value: Any) -> set[str] | None:
 
 
 def _mask(tools: tuple[Tool, ...], allowed: Any, denied: Any) -> tuple[Tool, ...]:
-    """Seed 003 tool masking: hidden tools are not sent at all."""
+    """Tool masking (allow/deny lists): hidden tools are not sent at all."""
     allow = _names(allowed)
     deny = _names(denied) or set()
     return tuple(t for t in tools if (allow is None or t.name in allow) and t.name not in deny)
@@ -817,7 +817,7 @@ def _join_text(value: Any) -> str | None:
 
 
 def _apply_overrides(prov: Provider, body: dict[str, Any], overrides: Any) -> None:
-    """Seed 003 request_overrides: merged into the body; reserved fields are ignored."""
+    """`request_overrides`: merged into the body; reserved fields are ignored."""
     if not isinstance(overrides, dict):
         raise ParseError("request_overrides must be a mapping")
     ignored = sorted(k for k in overrides if k in prov.reserved)

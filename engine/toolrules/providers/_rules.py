@@ -268,7 +268,7 @@ def merged_rule(rs: RuleSet, rule_id: str, _seen: tuple[str, ...] = ()) -> dict[
     return data
 
 
-# ---------------------------------------------------------------- named transforms (seed 003)
+# ---------------------------------------------------------------- named message transforms
 
 @dataclass(frozen=True, slots=True)
 class NamedTransform:

@@ -416,7 +416,8 @@ def _keep_keywords(work: Work, p: dict[str, Any]) -> None:
 
 
 @_op("drop_additional_properties",
-     "Remove `additionalProperties` everywhere (seed 004: weak models and some providers).")
+     "Remove `additionalProperties` everywhere (weak models and some providers trip "
+     "over it).")
 def _drop_additional_properties(work: Work, _p_: dict[str, Any]) -> None:
     _walk_drop(work, "additionalProperties".__eq__)
 
@@ -645,7 +646,7 @@ def _truncate_descriptions(work: Work, p: dict[str, Any]) -> None:
 
 
 @_op("remove_optional",
-     "Drop properties that are not required (seed 004: fewer choices for weak models); "
+     "Drop properties that are not required (fewer choices for weak models); "
      "`recursive: false` only at the root.",
      {"recursive": _p("boolean", "also inside nested objects (default true)")})
 def _remove_optional(work: Work, p: dict[str, Any]) -> None:
@@ -727,7 +728,7 @@ def _flatten_nested(work: Work, p: dict[str, Any]) -> None:
 
 @_op("enum_to_description",
      "Remove `enum` constraints and list the allowed values in the description instead "
-     "(seed 004: weak models trip over enums).")
+     "(weak models trip over enums).")
 def _enum_to_description(work: Work, _p_: dict[str, Any]) -> None:
     def visit(node: dict[str, Any], _path: str, _args: ArgsPath) -> dict[str, Any]:
         values = node.pop("enum", None)

@@ -93,7 +93,7 @@ SCENARIO_SCHEMA: dict[str, Any] = {
     "tier": {**_str("simple (1-2 parameters), medium, complex (10+ parameters), realistic "
                     "(multi-step work), guardrail, chat", "tier: simple",
                     allowed=list(SCENARIO_TIERS)), "required": True},
-    "source": _str("where the scenario comes from", "source: seed 003 scenario set"),
+    "source": _str("where the scenario comes from", "source: tool-loop PoC scenario set"),
     "tags": _strlist("names a --scenarios list may use", "tags: [smoke]"),
     "task": {**_str("the user's task"), "required": True, "empty": False},
     "system": _str("a system message before the task"),
@@ -237,7 +237,8 @@ _STRATEGY = {"type": "dict", "schema": {
     "loop_when": {"type": "string", "allowed": ["always", "calls_expected"],
                   **_doc("which scenarios get `loop`: all, or those whose expect lists "
                          "calls (default: always)", "loop_when: calls_expected")},
-    "phase": _str("seed 004's phase this layer belongs to", "phase: 1"),
+    "phase": _str("the rollout phase this layer belongs to (0 raw, 1 simplification and "
+                   "guidance, 2 validate-and-retry, 3 text fallback)", "phase: 1"),
 }}
 
 _PROFILE = {"type": "dict", "schema": {

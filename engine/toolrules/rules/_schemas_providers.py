@@ -145,7 +145,7 @@ _WRITER = _section("how to write UTP messages as wire messages", {
                   "this list field", "merge: content"),
     "text_block": _expr("when merging, a string value of the merge field becomes this block",
                         "text_block: \"{type: 'text', text: @}\""),
-    "transforms": _strlist("named outbound message transforms (seed 003), applied in order",
+    "transforms": _strlist("named outbound message transforms, applied in order",
                            "transforms: [content_null_if_blank]"),
     "call_ids": _section("tool call ids this provider accepts; others are remapped "
                          "consistently for calls and results", {

@@ -86,7 +86,7 @@ _ROUTE = {"type": "dict", "schema": {
     "upstream": {**_UPSTREAM, "required": True, "nullable": False},
     "tools": _TOOLS,
     "request_overrides": {"type": "dict", "nullable": True, **_doc(
-        "merged into every upstream request body (seed 003); the upstream's reserved "
+        "merged into every upstream request body; the upstream's reserved "
         "fields (model, messages, tools ...) are protected", "request_overrides: "
         "{temperature: 0.2}")},
     "list": _bool("show the name in GET /v1/models (default: yes for `model`)"),

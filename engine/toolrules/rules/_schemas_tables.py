@@ -105,7 +105,7 @@ EMULATION_SCHEMA: dict[str, Any] = {
         "system_block": _str("template wrapping a system text carried in a user turn "
                              "(variable: text)", "system_block: turns/system_block.j2"),
     }),
-    "guidance": _dict("tool-calling guidance with examples (seed 004 approach 2)", None, {
+    "guidance": _dict("tool-calling guidance with example calls in the prompt", None, {
         "max_examples": _int("examples shown (one per tool, most relevant first)",
                              "max_examples: 2", min=0),
         "required_only": _bool("examples fill only required parameters"),
@@ -172,7 +172,7 @@ VALIDATION_SCHEMA: dict[str, Any] = {
                     **_doc("JSON type -> example ({param} in strings: the parameter name)",
                            "by_type: {string: 'example {param}'}")},
     }),
-    "limits": _dict("dispatcher size guards (seed 003)", None, {
+    "limits": _dict("the dispatcher's size guards on tool arguments and outputs", None, {
         "max_tool_args_bytes": _int("arguments larger than this are refused",
                                     "max_tool_args_bytes: 200000", min=1),
         "max_tool_output_bytes": _int("outputs larger than this are replaced",

@@ -1,6 +1,7 @@
 """Executing tools: the registry, the policy-enforcing executor, the workspace jail, the
-built-in tools and the audit log (seed 002 RFC-012, seed 003); the tool loop that carries
-a task to a final answer, its events, trace and replay; the chat session on top of it.
+built-in tools and the audit log, with the dispatcher's size guards and its envelope
+`{ok, data, warnings, errors}`; the tool loop that carries a task to a final answer, its
+events, trace and replay; the chat session on top of it.
 
 Policies and built-in tool definitions are rules (rules/policies/, rules/tools/);
 this package enforces them around real files and processes.

@@ -144,7 +144,7 @@ class LoopOutcome:
 
     @property
     def truncated(self) -> bool:
-        """A limit ended the loop (seed 002's name for max_rounds)."""
+        """A limit ended the loop: max_rounds, max_tool_calls or a repeated call."""
         return self.stopped in ("max_rounds", "max_tool_calls", "repeated_call")
 
     def save_trace(self, path: str | Path) -> Path:

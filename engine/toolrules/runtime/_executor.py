@@ -86,7 +86,7 @@ class _Outcome:
 
 
 def envelope_of(result: ToolResult) -> dict[str, Any]:
-    """The dispatcher envelope `{ok, data, warnings, errors}` (seed 003) of a result."""
+    """The dispatcher envelope `{ok, data, warnings, errors}` of a result."""
     if result.ok:
         return {"ok": True, "data": result.output, "warnings": [], "errors": []}
     if result.tool_error is not None:

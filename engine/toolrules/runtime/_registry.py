@@ -3,7 +3,7 @@ metadata (trust tier, read/write class, hidden, confirmation).
 
 Tools come from Python callables (schema from type hints through pydantic, descriptions
 from the docstring), from `Tool` objects or OpenAI-format dicts plus a handler, and from
-YAML files (seed 002's skills) whose handler is a registered Python callable or an argv
+YAML files (skills: a tool described in YAML) whose handler is a registered Python callable or an argv
 template run like `run_command`.
 """
 

@@ -1,6 +1,6 @@
 """A chat session on the tool loop (`toolrules chat`): the conversation that persists across
-user turns, the `::` commands (seed 002), switching models mid-session with the
-capabilities re-resolved (RFC-136 H11), trust changes, the tool set, saving a transcript.
+user turns, the `::` commands (`::help`, `::model`, ...), switching models mid-session with
+the capabilities re-resolved (RFC-136 H11), trust changes, the tool set, saving a transcript.
 
 Nothing here touches a terminal: `cli/_chat.py` reads input and prints what this module
 returns, so every behaviour can be tested without one.

@@ -157,10 +157,11 @@ def _roles(turns: Any) -> list[str]:
 CALL = ToolCall("c1", "get_weather", {"city": "Paris"})
 
 
-def test_later_system_messages_fold_into_the_first(eng):
+def test_later_system_messages_fold_into_the_first_where_a_rule_asks(eng):
     msgs = [Message("system", "A"), Message("user", "u"), Message("system", "B"),
             Message("user", "v")]
-    t = eng.normalize_turns(msgs, capability=_cap(eng, turn_system="first"))
+    t = eng.normalize_turns(msgs, capability=_cap(eng, turn_system="first",
+                                                  turn_system_stable=False))
     assert [(m.role, m.content) for m in t.messages] == [
         ("system", "A\n\nB"), ("user", "u"), ("user", "v")]
     assert [(r.action, r.messages) for r in t.rewrites] == [("system-folded", (0, 2))]
@@ -170,12 +171,26 @@ def test_later_system_messages_fold_into_the_first(eng):
 def test_a_stable_system_prefix_carries_later_texts_in_the_next_user_turn(eng):
     msgs = [Message("system", "A"), Message("system", "B"), Message("user", "u"),
             Message("assistant", "a"), Message("system", "C"), Message("user", "v")]
-    t = eng.normalize_turns(msgs, capability=_cap(eng, turn_system="first",
-                                                  turn_system_stable=True))
-    assert t.messages[0] == Message("system", "A")  # byte for byte
-    assert t.messages[1].content == "<system_message>\nB\n</system_message>\n\nu"
+    cap = _cap(eng, turn_system="first")
+    assert cap.turn_system_stable  # the default
+    t = eng.normalize_turns(msgs, capability=cap)
+    # the leading texts come before any turn: joined, they change no later prompt
+    assert t.messages[0] == Message("system", "A\n\nB")
+    assert t.messages[1].content == "u"
     assert t.messages[3].content == "<system_message>\nC\n</system_message>\n\nv"
-    assert {r.action for r in t.rewrites} == {"system-to-user-turn"}
+    assert [r.action for r in t.rewrites] == ["system-folded", "system-to-user-turn"]
+
+
+def test_a_later_system_text_leaves_the_prompt_of_the_turns_before_it_unchanged(eng):
+    """The rendered conversation before a later system text is what it was the turn
+    before: the text stays where it arrived (never joins the leading system prompt)."""
+    before = [Message("system", "A"), Message("user", "u"), Message("assistant", "a")]
+    after = [*before, Message("system", "mode switched"), Message("user", "v")]
+    cap = _cap(eng, turn_system="first", turn_alternate=True)
+    t0 = eng.normalize_turns(before, capability=cap).messages
+    t1 = eng.normalize_turns(after, capability=cap).messages
+    assert t1[:len(t0)] == t0
+    assert "mode switched" in t1[-1].content and "v" in t1[-1].content
 
 
 def test_a_system_text_after_the_last_user_turn_gets_a_user_turn_of_its_own(eng):
@@ -194,12 +209,17 @@ def test_no_system_role_puts_the_system_text_into_the_first_user_turn(eng):
     assert t.messages[0].content.startswith("<system_message>\nS\n</system_message>")
 
 
-def test_leading_systems_stay_and_a_later_one_joins_the_last_of_them(eng):
+def test_leading_systems_stay_and_a_later_one_joins_the_last_where_a_rule_asks(eng):
     msgs = [Message("system", "A"), Message("system", "B"), Message("user", "u"),
             Message("system", "C")]
-    t = eng.normalize_turns(msgs, capability=_cap(eng, turn_system="leading"))
+    t = eng.normalize_turns(msgs, capability=_cap(eng, turn_system="leading",
+                                                  turn_system_stable=False))
     assert [(m.role, m.content) for m in t.messages] == [
         ("system", "A"), ("system", "B\n\nC"), ("user", "u")]
+    t = eng.normalize_turns(msgs, capability=_cap(eng, turn_system="leading"))
+    assert [(m.role, m.content) for m in t.messages] == [
+        ("system", "A"), ("system", "B"), ("user", "u"),
+        ("user", "<system_message>\nC\n</system_message>")]
 
 
 def test_alternation_merges_turns_and_opens_with_a_user_turn(eng):
@@ -435,11 +455,12 @@ def test_the_trace_records_each_rewrite(eng, tmp_path):
                for x in f.read_text().splitlines()]
     turn = next(r for r in records if r["type"] == "turn")
     rewrites = turn["request"]["rewrites"]
-    # the two system blocks are one system message; the one in the middle joins it
+    # the two system blocks are one system message; the one in the middle stays where it
+    # arrived, in the next user turn (the leading system prompt never changes)
     msgs, _, _ = eng.parse_request(body, api)
-    assert [r["action"] for r in rewrites] == ["system-folded"]
-    assert [msgs[i].role for i in rewrites[0]["messages"]] == ["system", "system"]
-    assert msgs[rewrites[0]["messages"][1]].content == \
+    assert [r["action"] for r in rewrites] == ["system-to-user-turn"]
+    assert [msgs[i].role for i in rewrites[0]["messages"]] == ["system", "user"]
+    assert msgs[rewrites[0]["messages"][0]].content == \
         "The user switched to plan mode (cc-sys-mid)."
 
 

@@ -18,9 +18,11 @@ The steps, in order (each only when its constraint asks for it):
    a message with more calls than the template takes becomes several, each followed by
    its results;
 3. tool results move right after the turn that made the calls;
-4. system texts move where the template takes them: folded into the first system
-   message, or - when the leading system text must stay byte-stable, or there is no
-   system role - carried as a wrapped block in the next user turn;
+4. system texts move where the template takes them: several leading ones join the first;
+   one that arrives after the conversation started stays where it arrived - a wrapped
+   block in the next user turn (turn_system_stable, the default: the start of the prompt,
+   which a server's cache holds, never changes) - or joins the first system message where
+   a rule asks for that; with no system role, every system text is such a block;
 5. user and assistant turns alternate: consecutive turns of one role merge, a user turn
    opens the conversation;
 6. an assistant turn with calls gets the content field its template reads;
@@ -94,7 +96,9 @@ _WHY = {
     "system-leading": "the template takes system messages only before all others "
                       "(turn_system: leading)",
     "system-none": "the template has no system role (turn_system: none)",
-    "system-stable": "the leading system text stays byte-stable (turn_system_stable)",
+    "system-stable": "a system text that arrives after the conversation started stays where "
+                     "it arrived, so the start of the prompt never changes "
+                     "(turn_system_stable)",
     "alternate": "user turns and assistant turns without calls must alternate, a user "
                  "turn first (turn_alternate)",
     "content": "the template reads the content of an assistant turn with calls "
@@ -338,12 +342,10 @@ class _Normalizer:
             elif k < lead and (k == 0 or mode == "leading"):
                 first = first or s
                 out.append(s)
-            elif k < lead:  # mode first: a second leading system message
-                if stable:
-                    carried.append((len(out), s, "system-stable"))
-                else:
-                    assert first is not None
-                    self._fold(first, s, "system-first")
+            elif k < lead:  # mode first: a second leading system message - the
+                # conversation has not started, so joining the first changes no prompt
+                assert first is not None
+                self._fold(first, s, "system-first")
             elif first is not None and not stable:
                 self._fold(first if mode == "first" else out[lead - 1], s,
                            "system-first" if mode == "first" else "system-leading")

@@ -120,6 +120,11 @@ def request(input_file: str, provider: str, model: str | None, source: str | Non
     if overrides:
         options["request_overrides"] = _option_value(overrides)
     rewrites: list[Any] = []
+    taken: list[dict[str, Any]] = []
+    if source and engine.provider_rules(provider).renders_template and \
+            isinstance(engine.provider_rules(source).data.get("serve"), dict):
+        # as toolrules serve does: client metadata out of the conversation's text
+        messages, taken = engine.front(source).take_volatile(list(messages))
     try:
         echo_json(engine.build_request(provider, model, messages, tools=tools or None,
                                        tool_choice=choice, rewrites=rewrites, **options))
@@ -129,9 +134,12 @@ def request(input_file: str, provider: str, model: str | None, source: str | Non
         if not engine.provider_rules(provider).renders_template:
             click.echo(f"no rewrite: {provider} does not render the model's chat template "
                        "(provider rule renders_template)", err=True)
-        elif not rewrites:
+        elif not rewrites and not taken:
             click.echo(f"no rewrite: the conversation fits the turn constraints of "
                        f"{model or 'the model'}'s chat template", err=True)
+        for t in taken:
+            where = ", ".join(f"messages[{i}]" for i in t["messages"])
+            click.echo(f"rewrite: {t['action']} ({where}): {t['why']}", err=True)
         for r in rewrites:
             click.echo(f"rewrite: {r.describe()}", err=True)
 

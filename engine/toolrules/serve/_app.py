@@ -251,7 +251,13 @@ class ServeApp:
             client = self.upstreams.client(route, requested)
             info["upstream"] = client.provider
             trace = self._trace(rid)
-            upstream_options = self.engine.provider_rules(client.provider).options
+            upstream_rules = self.engine.provider_rules(client.provider)
+            upstream_options = upstream_rules.options
+            volatile: list[dict[str, Any]] = []
+            if upstream_rules.renders_template:
+                # client metadata in the conversation's text (the front's serve.volatile)
+                # would change the start of the prompt a server renders: taken out
+                msgs, volatile = front.take_volatile(msgs)
             ignored.update(unwritable_options(front, upstream_options, body, client.provider))
             if ignored:
                 info["ignored"] = ignored
@@ -259,7 +265,7 @@ class ServeApp:
                 info["omitted"] = omitted
             ex = Exchange(route=route, client=client, messages=msgs, tools=tools, choice=choice,
                           options=options_for(front, upstream_options, body),
-                          held_call=self.config.held_call, trace=trace)
+                          held_call=self.config.held_call, trace=trace, rewrites=volatile)
             info["mode"] = "native" if ex.native else "emulated"
             if trace is not None:
                 cap = route.engine.capability(ex.model_id)

@@ -58,7 +58,8 @@ class Exchange:
 
     def __init__(self, *, route: Any, client: Any, messages: list[Message], tools: list[Tool],
                  choice: Any, options: dict[str, Any], held_call: str,
-                 trace: Any = None, numbered_ids: bool = False):
+                 trace: Any = None, numbered_ids: bool = False,
+                 rewrites: list[dict[str, Any]] | None = None):
         self.route = route
         self.engine = route.engine
         self.client = client
@@ -70,6 +71,10 @@ class Exchange:
         self.trace = trace
         self._numbered = 0 if numbered_ids else None
         self.outcome = Outcome()
+        # what was changed before the conversation reached the upstream client (client
+        # metadata taken out: the front's serve.volatile)
+        self.pre_rewrites = list(rewrites or ())
+        self.outcome.rewrites = list(self.pre_rewrites)
         eng = self.engine
         self.native = eng.sends_native_tools(self.model_id, client.provider) if tools else True
         self.outcome.native = self.native
@@ -157,7 +162,8 @@ class Exchange:
 
     def _turn(self, attempt: int, msgs: list[Message], parsed: ParsedResponse,
               started: float, streamed: bool) -> None:
-        rewrites = [r.as_dict() for r in getattr(self.client, "last_rewrites", ())]
+        rewrites = [*self.pre_rewrites,
+                    *(r.as_dict() for r in getattr(self.client, "last_rewrites", ()))]
         self.outcome.rewrites = rewrites
         if self.trace is None:
             return

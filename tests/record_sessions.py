@@ -45,14 +45,14 @@ import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from npm_packages import PINNED, npm_bin  # noqa: E402
-from test_agents import (  # noqa: E402
+from npm_packages import PINNED, npm_bin
+from test_agents import (
     Proxy,
     codex_config,
     offline_env,
     run_agent,
 )
-from wire_server import Reply, Seen, WireServer, json_reply, sse_reply  # noqa: E402
+from wire_server import Reply, Seen, WireServer, json_reply, sse_reply
 
 MODEL = "Qwen/Qwen3-Coder-30B-A3B-Instruct"
 DONE = "Done."

@@ -37,7 +37,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ._prefix import Request, Session
+from ._sessions import Request, Session
 
 __all__ = ["LocalTurn", "local_rows", "parse_eval_log", "serve_session"]
 
@@ -162,7 +162,7 @@ async def _serve(engine: Any, requests: Sequence[Request], base_url: str,
     from ..serve import create_app, load_config
 
     config = load_config(engine, upstream=f"llamacpp:{LOCAL_MODEL}", base_url=base_url)
-    app = create_app(engine, config)
+    app: Any = create_app(engine, config)
     state = app.state.serve
     fronts = {f.path: f.provider for f in state.fronts if f.path}
     turns: list[LocalTurn] = []
@@ -209,7 +209,7 @@ def serve_session(engine: Any, session: Session, *, limit: int | None = None
 
 def local_rows(engine: Any, sessions: Sequence[Session], quick: bool) -> list[tuple[str, ...]]:
     try:
-        import llama_cpp  # noqa: F401
+        import llama_cpp
         import llama_cpp.server  # noqa: F401
 
         from ..clients._local import default_gguf
@@ -237,7 +237,7 @@ def local_rows(engine: Any, sessions: Sequence[Session], quick: bool) -> list[tu
                     f"{t.reused}{note}; cached tokens the client is told: {cached}"))
     later = [t for t in turns[1:] if t.evaluated is not None and t.prompt_tokens]
     if later:
-        shares = [t.evaluated / t.prompt_tokens for t in later if t.prompt_tokens]
+        shares = [(t.evaluated or 0) / t.prompt_tokens for t in later if t.prompt_tokens]
         out.append((f"{tag}: turns after the first, evaluated share of the prompt",
                     f"median {100 * statistics.median(shares):.1f} %, max "
                     f"{100 * max(shares):.1f} %"))

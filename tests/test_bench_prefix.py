@@ -312,3 +312,34 @@ def test_the_bench_renders_through_one_import_of_the_renderer():
     own subpackage)."""
     source = Path(_prefix.__file__).read_text(encoding="utf-8")
     assert len(re.findall(r"^from \.\.\S*_chat import", source, re.M)) == 1
+
+
+# ---------------------------------------------------------------- the real cache
+
+@pytest.mark.local
+def test_the_embedded_model_evaluates_only_the_new_tokens_of_a_stable_turn(engine_):
+    """llama-cpp-python's server behind the proxy serves the recorded Codex session's first
+    turns: the first request evaluates its whole prompt, each later one (a tool result
+    appended) reuses the cached prefix and evaluates a small part."""
+    import importlib.util
+
+    if importlib.util.find_spec("llama_cpp") is None or \
+            importlib.util.find_spec("llama_cpp.server") is None:
+        pytest.skip("needs llama-cpp-python[server]")
+    try:
+        from toolrules.clients import default_gguf
+
+        default_gguf()
+    except Exception as exc:
+        pytest.skip(f"local weights not available: {exc}")
+    from toolrules.bench._prefix_local import serve_session
+
+    turns = serve_session(engine_, load_session(SESSIONS / "codex-session.jsonl.xz"), limit=3)
+    assert [t.note for t in turns if t.evaluated is None] == []
+    first, *later = turns
+    assert first.prompt_tokens and first.prompt_tokens > 1000
+    assert first.evaluated == first.prompt_tokens
+    for t in later:
+        assert t.prompt_tokens and t.prompt_tokens > first.prompt_tokens
+        assert t.reused and t.reused >= first.prompt_tokens // 2, t
+        assert t.evaluated is not None and t.evaluated < t.prompt_tokens // 4, t

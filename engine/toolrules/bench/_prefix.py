@@ -265,15 +265,9 @@ def client_texts(messages: Sequence[Any]) -> list[str]:
 
 
 def _present(text: str, prompt: str) -> bool:
-    if text in prompt:
-        return True
-    escaped = json.dumps(text, ensure_ascii=False)[1:-1]
-    if escaped in prompt:
-        return True
-    # a long text may be split where the proxy joins or wraps it: every line is there
-    lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
-    return len(lines) > 1 and all(ln in prompt or json.dumps(ln, ensure_ascii=False)[1:-1]
-                                  in prompt for ln in lines)
+    """The text is in the prompt as sent, or JSON-escaped (as a template writes argument
+    values with `tojson`)."""
+    return text in prompt or json.dumps(text, ensure_ascii=False)[1:-1] in prompt
 
 
 @dataclass(frozen=True)

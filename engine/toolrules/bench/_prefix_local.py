@@ -194,7 +194,13 @@ async def _serve(engine: Any, requests: Sequence[Request], base_url: str,
 def serve_session(engine: Any, session: Session, *, limit: int | None = None
                   ) -> list[LocalTurn]:
     """The session's main conversation served by the embedded model; one LocalTurn per
-    request."""
+    request.
+
+    llama-cpp-python's server writes the model's turns with its own `gemma` formatter,
+    which leaves system messages out (the model's template would fold them into the first
+    user turn): an overlay tells the proxy to carry the system text in the first user
+    turn itself (`turn_system: none`), so the prompt holds the whole conversation."""
+    from .._engine import load
     from ..clients._local import default_gguf
 
     conv = session.conversations[0]
@@ -202,9 +208,16 @@ def serve_session(engine: Any, session: Session, *, limit: int | None = None
     if limit is not None:
         requests = requests[:limit]
     with tempfile.TemporaryDirectory(prefix="toolrules-prefix-") as tmp:
+        overlay = Path(tmp) / "rules"
+        (overlay / "models").mkdir(parents=True)
+        (overlay / "models" / "zz-bench-local-server.yaml").write_text(
+            f"overrides:\n  - id: {LOCAL_MODEL}\n    set: {{turn_system: none}}\n",
+            encoding="utf-8")
+        layers = [str(layer.rules) for layer in engine.ruleset.layers if not layer.bundled]
+        served = load(paths=[*layers, str(overlay)], use_env=False, cache=False)
         log = Path(tmp) / "llama-server.log"
         with llama_server(default_gguf(engine), log) as url:
-            return asyncio.run(_serve(engine, requests, url, log))
+            return asyncio.run(_serve(served, requests, url, log))
 
 
 def local_rows(engine: Any, sessions: Sequence[Session], quick: bool) -> list[tuple[str, ...]]:

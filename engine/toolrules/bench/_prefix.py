@@ -63,8 +63,6 @@ TARGET = 0.99  # the share of the previous prompt a turn keeps (issue: >= 99 %)
 CONTEXT = 30  # characters each side of a first difference (60 around it)
 
 
-# ---------------------------------------------------------------- data
-
 # ---------------------------------------------------------------- rendering as a server does
 
 def render_like_server(template: Any, body: Mapping[str, Any]) -> str:

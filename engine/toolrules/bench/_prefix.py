@@ -38,7 +38,7 @@ from typing import Any
 
 # The one place this section reaches the chat-template renderer (it moves with the
 # chat-template subpackage).
-from ..emulation._chat import TemplateRaised, compile_chat_template, render_chat_template
+from ..chat_template._render import TemplateRaised, compile_chat_template, render_chat_template
 from ._sessions import Request, Session, bench_sessions, bench_templates, load_session
 
 __all__ = [

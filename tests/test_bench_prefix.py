@@ -307,13 +307,6 @@ def test_the_local_eval_log_is_read_per_request():
     assert evaluated == 800 and "full prompt" in note
 
 
-def test_the_bench_renders_through_one_import_of_the_renderer():
-    """The chat-template renderer is reached through one import line (it is moving to its
-    own subpackage)."""
-    source = Path(_prefix.__file__).read_text(encoding="utf-8")
-    assert len(re.findall(r"^from \.\.\S*_chat import", source, re.M)) == 1
-
-
 # ---------------------------------------------------------------- the real cache
 
 @pytest.mark.local

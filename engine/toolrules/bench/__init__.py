@@ -1,7 +1,9 @@
 """`toolrules bench`: performance figures, reported as measured side by side in one run.
 
 Benchmarks are not pass/fail tests. Each concern contributes a section: a function
-`bench(engine, quick) -> list[tuple[str, str]]` (label, figure), listed in `SECTIONS`. A
+`bench(engine, quick) -> list[tuple[str, str]]` (label, figure), listed in `SECTIONS`
+(a section that takes options - `prefix`: templates, sessions, local - has them as
+keyword arguments; `SECTION_OPTIONS` names them for the CLI). A
 figure held to a limit carries a third element, "ok" or why not: `toolrules bench
 --check` exits 1 when one is not ok (CI checks the `hostile` section so).
 """
@@ -18,13 +20,14 @@ from . import (
     _limits,
     _local,
     _models,
+    _prefix,
     _providers,
     _runtime,
     _serve,
     _startup,
 )
 
-__all__ = ["SECTIONS"]
+__all__ = ["SECTIONS", "SECTION_OPTIONS"]
 
 Section = Callable[[Any, bool], Sequence[tuple[str, ...]]]
 
@@ -38,5 +41,9 @@ SECTIONS: tuple[tuple[str, Section], ...] = (
     ("runtime", _runtime.bench),
     ("serve", _serve.bench),
     ("local", _local.bench),
+    ("prefix", _prefix.bench),
     ("eval", _eval.bench),
 )
+
+# section -> the keyword options its function takes (`toolrules bench prefix --template F`)
+SECTION_OPTIONS: dict[str, tuple[str, ...]] = {"prefix": ("templates", "sessions", "local")}

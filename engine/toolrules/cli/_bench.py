@@ -14,12 +14,25 @@ __all__ = ["COMMANDS"]
 @click.option("--check", is_flag=True,
               help="Exit 1 when a figure held to a limit is over it (e.g. `toolrules bench "
                    "hostile --check`: the parser's worst case over hostile input).")
-def bench(sections: tuple[str, ...], quick: bool, only: tuple[str, ...], check: bool) -> None:
+@click.option("--template", "templates", multiple=True, type=click.Path(exists=True,
+              dir_okay=False), help="prefix: a chat template (Jinja, as a server renders it) "
+              "to replay the sessions into, instead of the bundled bench templates "
+              "(repeatable).")
+@click.option("--session", "sessions", multiple=True, type=click.Path(exists=True,
+              dir_okay=False), help="prefix: a recorded session (JSON lines, .xz/.gz) "
+              "instead of the bundled ones (repeatable).")
+@click.option("--local", is_flag=True,
+              help="prefix: also serve a recorded session from the embedded model behind "
+                   "llama-cpp-python's server and count the prompt tokens it evaluates.")
+def bench(sections: tuple[str, ...], quick: bool, only: tuple[str, ...], check: bool,
+          templates: tuple[str, ...], sessions: tuple[str, ...], local: bool) -> None:
     """Measure load time, lookups, parsing, streaming and rendering (figures, not pass/fail).
     SECTIONS (or --only) picks sections: `toolrules bench serve`. Figures held to a limit
-    say whether they are within it; --check turns one over its limit into exit 1."""
+    say whether they are within it; --check turns one over its limit into exit 1.
+    `toolrules bench prefix [--template FILE] [--session FILE] [--local]`: how much of
+    each turn's prompt an agent session keeps from the last (a server's cache reuse)."""
     from .._engine import load
-    from ..bench import SECTIONS
+    from ..bench import SECTION_OPTIONS, SECTIONS
 
     only = (*only, *sections)
     known = [name for name, _ in SECTIONS]
@@ -27,13 +40,21 @@ def bench(sections: tuple[str, ...], quick: bool, only: tuple[str, ...], check: 
     if unknown:
         raise click.UsageError(f"unknown section(s) {', '.join(unknown)}; known: "
                                f"{', '.join(known)}")
+    given = {"templates": templates, "sessions": sessions, "local": local}
+    asked = [name for name, value in given.items() if value]
+    takers = [s for s, opts in SECTION_OPTIONS.items() if set(asked) <= set(opts)]
+    if asked and not any(s in only for s in takers):
+        raise click.UsageError(f"--{asked[0].rstrip('s')} applies to the "
+                               f"{' / '.join(takers) or 'no'} section: name it "
+                               f"(`toolrules bench {takers[0] if takers else ''} ...`)")
     engine = load(use_env=False)
     over: list[str] = []
     for section, run in SECTIONS:
         if only and section not in only:
             continue
         click.echo(f"[{section}]")
-        for label, figure, *limit in run(engine, quick):
+        options = {k: v for k, v in given.items() if k in SECTION_OPTIONS.get(section, ())}
+        for label, figure, *limit in run(engine, quick, **options):
             verdict = f"  [{limit[0]}]" if limit else ""
             click.echo(f"  {label:64} {figure}{verdict}")
             if limit and limit[0] != "ok":

@@ -168,7 +168,7 @@ def test_later_system_messages_fold_into_the_first_where_a_rule_asks(eng):
     assert "turn_system: first" in t.rewrites[0].why
 
 
-def test_a_stable_system_prefix_carries_later_texts_in_the_next_user_turn(eng):
+def test_a_later_system_text_becomes_a_user_turn_where_it_arrived(eng):
     msgs = [Message("system", "A"), Message("system", "B"), Message("user", "u"),
             Message("assistant", "a"), Message("system", "C"), Message("user", "v")]
     cap = _cap(eng, turn_system="first")
@@ -177,8 +177,34 @@ def test_a_stable_system_prefix_carries_later_texts_in_the_next_user_turn(eng):
     # the leading texts come before any turn: joined, they change no later prompt
     assert t.messages[0] == Message("system", "A\n\nB")
     assert t.messages[1].content == "u"
-    assert t.messages[3].content == "<system_message>\nC\n</system_message>\n\nv"
-    assert [r.action for r in t.rewrites] == ["system-folded", "system-to-user-turn"]
+    # consecutive user turns are fine here: a turn of its own, whatever comes after it
+    assert [(m.role, m.content) for m in t.messages[3:]] == [
+        ("user", "<system_message>\nC\n</system_message>"), ("user", "v")]
+    assert [r.action for r in t.rewrites] == ["system-folded", "system-to-new-user-turn"]
+
+
+def test_where_turns_alternate_a_later_system_text_joins_the_user_turn_beside_it(eng):
+    cap = _cap(eng, turn_system="first", turn_alternate=True)
+    # right after a user turn: joined to it (it came with that turn)
+    t = eng.normalize_turns([Message("system", "A"), Message("user", "u"),
+                             Message("system", "C"), Message("assistant", "a")],
+                            capability=cap)
+    assert [(m.role, m.content) for m in t.messages] == [
+        ("system", "A"), ("user", "u\n\n<system_message>\nC\n</system_message>"),
+        ("assistant", "a")]
+    # after an answer, before the next user turn: joined to that one
+    t = eng.normalize_turns([Message("system", "A"), Message("user", "u"),
+                             Message("assistant", "a"), Message("system", "C"),
+                             Message("user", "v")], capability=cap)
+    assert t.messages[-1].content == "<system_message>\nC\n</system_message>\n\nv"
+    # never between a call and its result
+    t = eng.normalize_turns([Message("system", "A"), Message("user", "u"),
+                             Message("assistant", None, (CALL,)), Message("system", "C"),
+                             Message("tool", "sunny", tool_call_id="c1"),
+                             Message("assistant", "done")], capability=cap)
+    roles = [m.role for m in t.messages]
+    assert roles[2:4] == ["assistant", "tool"] and t.messages[2].tool_calls
+    assert any("C" in str(m.content) for m in t.messages[4:] if m.role == "user")
 
 
 def test_a_later_system_text_leaves_the_prompt_of_the_turns_before_it_unchanged(eng):
@@ -456,10 +482,10 @@ def test_the_trace_records_each_rewrite(eng, tmp_path):
     turn = next(r for r in records if r["type"] == "turn")
     rewrites = turn["request"]["rewrites"]
     # the two system blocks are one system message; the one in the middle stays where it
-    # arrived, in the next user turn (the leading system prompt never changes)
+    # arrived, a user turn of its own (the leading system prompt never changes)
     msgs, _, _ = eng.parse_request(body, api)
-    assert [r["action"] for r in rewrites] == ["system-to-user-turn"]
-    assert [msgs[i].role for i in rewrites[0]["messages"]] == ["system", "user"]
+    assert [r["action"] for r in rewrites] == ["system-to-new-user-turn"]
+    assert [msgs[i].role for i in rewrites[0]["messages"]] == ["system"]
     assert msgs[rewrites[0]["messages"][0]].content == \
         "The user switched to plan mode (cc-sys-mid)."
 

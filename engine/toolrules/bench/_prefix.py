@@ -307,6 +307,8 @@ class PrefixReport:
     turns: list[TurnFigure] = field(default_factory=list)
     texts: int = 0
     missing: list[str] = field(default_factory=list)
+    volatile: dict[str, int] = field(default_factory=dict)
+    """Client metadata the front's rules took out (rule id -> requests)."""
     new_conversations: str | None = None
     prompts: list[tuple[Request, str | None]] = field(default_factory=list)
     fronts: dict[str, str] = field(default_factory=dict)
@@ -436,6 +438,12 @@ def measure(engine: Any, session: Session, template: Path | str, *,
         msgs, _tools, _choice = engine.parse_request(r.body, fronts[r.path], omitted={})
         if prompt is None:
             continue
+        # client metadata the front's rules take out (serve.volatile) is not conversation:
+        # counted apart; every other text must reach the prompt
+        msgs, taken = engine.front(fronts[r.path]).take_volatile(msgs)
+        for t in taken:
+            rule = t["why"].split(":", 1)[0]
+            report.volatile[rule] = report.volatile.get(rule, 0) + 1
         wanted = client_texts(msgs)
         report.texts += len(wanted)
         report.missing += [t for t in wanted if not _present(t, prompt)]
@@ -546,6 +554,9 @@ def rows(r: PrefixReport) -> list[tuple[str, ...]]:
                f"all {r.texts} present" if not r.missing else
                f"{len(r.missing)} of {r.texts} missing (first: "
                f"{json.dumps(r.missing[0][:80], ensure_ascii=False)})")
+    if r.volatile:
+        out.append((f"{tag}: client metadata taken out (serve.volatile)",
+                    ", ".join(f"{k} in {n} request(s)" for k, n in sorted(r.volatile.items()))))
     out.append((f"{tag}: every client text in the prompt", missing,
                 "not rendered" if not r.texts and r.errors else
                 "ok" if not r.missing else "texts missing"))

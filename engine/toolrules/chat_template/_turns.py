@@ -367,8 +367,30 @@ class _Normalizer:
         self.record("system-folded", (*into.origin[:1], *s.origin), why)
 
     def _carry(self, out: list[_Slot], pos: int, s: _Slot, why: str) -> None:
-        """A system text into the first user turn at or after `pos` (or a new one)."""
+        """A system text as a wrapped block in a user turn. One that came after the
+        conversation started stays where it arrived, so its rendering never depends on
+        what comes after it: a user turn of its own there - or, where turns must
+        alternate, joined to the user turn right before it, else to the one right after
+        it. One at the start goes into the first user turn. Never between calls and
+        their results."""
         block = self.block(_text(s.m.content))
+        while pos < len(out) and out[pos].m.role == "tool":
+            pos += 1
+        if pos > 0:
+            prev = out[pos - 1]
+            if not self.cap.turn_alternate:
+                out.insert(pos, _Slot(Message("user", block), s.origin))
+                self.record("system-to-new-user-turn", s.origin, why)
+                return
+            if prev.m.role == "user":
+                prev.m = replace(prev.m, content=_join(prev.m.content, block, self.join))
+                prev.origin = (*prev.origin, *s.origin)
+                self.record("system-to-user-turn", (*s.origin, *prev.origin[:1]), why)
+                return
+            if pos < len(out) and out[pos].m.role != "user":
+                out.insert(pos, _Slot(Message("user", block), s.origin))
+                self.record("system-to-new-user-turn", s.origin, why)
+                return
         for k in range(pos, len(out)):
             u = out[k]
             if u.m.role == "user":

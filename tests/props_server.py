@@ -78,7 +78,9 @@ class PropsServer:
                     prompt = render_chat_template(owner.template or "", {
                         "messages": messages, "tools": req.get("tools") or None,
                         "add_generation_prompt": True, "bos_token": owner.bos,
-                        "eos_token": owner.eos})
+                        "eos_token": owner.eos,
+                        # llama-server passes chat_template_kwargs as template variables
+                        **(req.get("chat_template_kwargs") or {})})
                 except TemplateRaised as exc:
                     self._send(500, {"error": {"code": 500, "message": exc.message,
                                                "type": "server_error"}})

@@ -181,7 +181,7 @@ def _bench(*args: str) -> dict[str, tuple[str, str | None]]:
     lines = result.output.splitlines()
     assert lines[0] == "[prefix]"
     for row in _prefix.bench(toolrules.load(use_env=False), True, templates=templates,
-                             sessions=sessions):
+                             sessions=sessions, unfitted="--unfitted" in args):
         label, figure, *verdict = row
         rows[label] = (figure, verdict[0] if verdict else None)
         assert any(line.startswith(f"  {label}") and figure in line for line in lines), row
@@ -214,26 +214,54 @@ def test_a_stable_template_keeps_every_previous_prompt(codex_rows):
     assert codex_rows[f"{tag}: every client text in the prompt"][1] == "ok"
 
 
-def test_a_template_that_moves_the_tools_shows_the_break_and_where(codex_rows):
+@pytest.fixture(scope="module")
+def unfitted_rows():
+    return _bench("--unfitted", "--template", str(BENCH / "tools-before-last-user.jinja"),
+                  "--template", str(BENCH / "property-type.jinja"),
+                  "--session", str(SESSIONS / "codex-session.jsonl.xz"),
+                  "--session", str(SESSIONS / "claude-code-session.jsonl.xz"))
+
+
+def test_a_template_that_moves_the_tools_shows_the_break_and_where(unfitted_rows):
+    """The route left to the rules (--unfitted): the template moves its tool list on
+    every new user prompt, and the bench says so, and where."""
     tag = "codex-session x tools-before-last-user"
-    turns = _turns(codex_rows, tag)
+    turns = _turns(unfitted_rows, tag)
     assert all(share == 100.0 for kind, share in turns if kind == "tool result")
     broken = [share for kind, share in turns if kind == "user prompt"]
     assert broken and all(share < 100.0 for share in broken)
-    assert codex_rows[f"{tag}: keep-share"][1] != "ok"
-    where = next(f for label, (f, _v) in codex_rows.items()
+    assert unfitted_rows[f"{tag}: keep-share"][1] != "ok"
+    where = next(f for label, (f, _v) in unfitted_rows.items()
                  if label.startswith(f"{tag}: #") and "user prompt" in label)
     assert "first difference at char" in where and "[AVAILABLE_TOOLS]" in where
 
 
-def test_template_errors_are_counted_per_request():
-    rows = _bench("--template", str(BENCH / "property-type.jinja"),
-                  "--session", str(SESSIONS / "claude-code-session.jsonl.xz"),
-                  "--session", str(SESSIONS / "codex-session.jsonl.xz"))
-    claude = rows["claude-code-session x property-type: template errors"]
+def test_the_proxy_fitted_to_the_template_keeps_every_prompt(codex_rows):
+    """As `toolrules serve` runs it - the route configured from the template's own
+    inspection (the tool list moves: tools in the leading system prompt) - every turn,
+    the follow-up prompt included, extends the previous prompt."""
+    tag = "codex-session x tools-before-last-user"
+    turns = _turns(codex_rows, tag)
+    assert len(turns) == 9 and {kind for kind, _ in turns} == {"tool result", "user prompt"}
+    assert all(share == 100.0 for _k, share in turns)
+    assert codex_rows[f"{tag}: keep-share"][1] == "ok"
+    assert codex_rows[f"{tag}: every client text in the prompt"][1] == "ok"
+
+
+def test_template_errors_are_counted_per_request(unfitted_rows):
+    claude = unfitted_rows["claude-code-session x property-type: template errors"]
     assert claude[0].startswith("10 of 10") and "'type'" in claude[0]
     assert claude[1] != "ok"
-    assert rows["codex-session x property-type: template errors"] == ("0 of 10", "ok")
+    assert unfitted_rows["codex-session x property-type: template errors"] == ("0 of 10", "ok")
+
+
+def test_a_template_that_reads_every_property_type_gets_typed_schemas():
+    """Fitted, the route sends Claude Code's untyped property with a type (the template
+    fix its inspection found), and every request renders."""
+    rows = _bench("--template", str(BENCH / "property-type.jinja"),
+                  "--session", str(SESSIONS / "claude-code-session.jsonl.xz"))
+    assert rows["claude-code-session x property-type: template errors"] == ("0 of 10", "ok")
+    assert rows["claude-code-session x property-type: keep-share"][1] == "ok"
 
 
 def test_options_need_the_prefix_section():

@@ -42,6 +42,24 @@ PERMISSIVE = t("""
     {% endif %}
 """)
 
+# The same, with the tool list first (in its own turn before the conversation).
+TOOLS_FIRST = t("""
+    {%- if tools %}<|im_start|>tools
+    {{ tools | tojson }}<|im_end|>
+    {% endif %}
+    {%- for m in messages %}
+    <|im_start|>{{ m.role }}
+    {% if m.content %}{{ m.content }}{% endif %}
+    {%- for c in m.tool_calls or [] %}
+    <tool_call>
+    {"name": "{{ c.function.name }}", "arguments": {{ c.function.arguments | tojson }}}
+    </tool_call>
+    {%- endfor %}<|im_end|>
+    {% endfor %}
+    {%- if add_generation_prompt %}<|im_start|>assistant
+    {% endif %}
+""")
+
 # System only at the beginning: a later system message raises.
 SYSTEM_GUARD = t("""
     {%- for m in messages %}
@@ -380,10 +398,21 @@ def test_json_array_format_reads_as_its_dialect(engine):
 
 
 def test_a_template_that_renders_the_tools_keeps_them_native(engine):
-    r = engine.inspect_template(PERMISSIVE)
+    r = engine.inspect_template(TOOLS_FIRST)
     assert r.capability["native_tools"] is True
     assert r.capability["dialect"] == "hermes"
-    assert "emulation_style" not in r.capability
+    assert "emulation_style" not in r.capability and "turn_tools" not in r.capability
+
+
+def test_tools_written_after_the_conversation_move_every_turn(engine):
+    """PERMISSIVE writes the tool list after the last message: each turn pushes it on,
+    so a server would process it again every turn - the tools go in the system prompt,
+    in the template's own call format."""
+    r = engine.inspect_template(PERMISSIVE)
+    assert r.capability["native_tools"] is True
+    assert all(not c.stable and c.fix == "turn_tools: system" for c in r.prefix)
+    assert r.capability["turn_tools"] == "system"
+    assert r.capability["emulation_style"] == "dialect"
 
 
 def test_arguments_taken_as_json_text(engine):
@@ -490,3 +519,107 @@ def test_ids_written_as_headers_ask_for_named_ids(engine):
     assert r.call.dialect == "kimi-k2"
     assert r.capability["turn_call_ids"] == "functions.{name}:{index}"
     assert any("turn_call_ids" in n for n in r.notes)
+
+
+# ---------------------------------------------------------------- the prompt prefix
+
+BENCH = __import__("pathlib").Path(__file__).resolve().parent.parent / "templates" / "bench"
+
+
+def bench_template(name: str) -> str:
+    return (BENCH / f"{name}.jinja").read_text(encoding="utf-8")
+
+
+def checks(report):
+    return {c.name: c for c in report.prefix}
+
+
+def test_a_template_whose_prompts_only_grow_asks_for_nothing(engine):
+    r = engine.inspect_template(TOOLS_FIRST, origin="tools-first")
+    assert [(c.name, c.kept) for c in r.prefix] == [("tool-turn", 1.0), ("user-turn", 1.0)]
+    cap = r.capability
+    assert not {"turn_tools", "turn_template_kwargs", "turn_tool_schema"} & set(cap)
+    assert r.schema_fixes == ()
+
+
+def test_earlier_thinking_dropped_unless_a_variable_is_set(engine):
+    r = engine.inspect_template(bench_template("drop-thinking"), origin="drop-thinking")
+    c = checks(r)["user-turn"]
+    assert checks(r)["tool-turn"].stable and not c.stable and 0 < c.kept < 1
+    assert "<think>" in c.previous and "<think>" not in c.new
+    assert c.moved == '"<think>\\n\\n</think>\\n\\n" of an earlier turn, left out'
+    assert c.fix == "turn_template_kwargs: {preserve_thinking: true}"
+    assert r.capability["turn_template_kwargs"] == {"preserve_thinking": True}
+    assert "turn_tools" not in r.capability
+
+
+def test_a_tool_list_that_moves_goes_into_the_system_prompt(engine):
+    r = engine.inspect_template(bench_template("tools-before-last-user"), origin="tblu")
+    c = checks(r)["user-turn"]
+    assert c.kept is not None and c.kept < 0.5
+    assert c.moved.startswith("the tool definitions") and "[AVAILABLE_TOOLS]" in c.previous
+    assert c.fix == "turn_tools: system"
+    cap = r.capability
+    assert cap["turn_tools"] == "system" and cap["native_tools"] is True
+    # its calls are Mistral's: the tools go in that trained format
+    assert cap["dialect"] == "mistral-v3" and cap["emulation_style"] == "dialect"
+
+
+def test_a_template_that_reads_every_property_type_needs_the_types_fix(engine):
+    r = engine.inspect_template(bench_template("property-type"), origin="property-type")
+    assert [f for f, _w in r.schema_fixes] == ["property-types"]
+    assert "'type'" in r.schema_fixes[0][1]
+    assert r.capability["turn_tool_schema"] == ["property-types"]
+    # the others render an untyped property as it is
+    assert engine.inspect_template(bench_template("chatml-tools")).schema_fixes == ()
+
+
+def test_a_break_nothing_fixes_is_said_plainly(engine):
+    # the message count is written first: every turn changes the prompt's first line
+    counting = "Conversation of {{ messages | length }} messages\n" + TOOLS_FIRST
+    r = engine.inspect_template(counting, origin="counting")
+    for c in r.prefix:
+        assert c.kept is not None and c.kept < 0.1 and c.at is not None and c.fix is None
+        assert c.previous.startswith("Conversation of")
+    assert any("no variable of the template or tool placement keeps it" in n
+               for n in r.notes)
+    assert "turn_tools" not in r.capability
+
+
+def test_a_variable_that_changes_the_generation_prompt_is_not_used_as_a_fix(engine):
+    """A thinking switch changes what the model does: it is never turned off to keep a
+    prefix (only variables that leave the generation prompt alone are tried)."""
+    source = t("""
+        {%- for m in messages %}
+        <|im_start|>{{ m.role }}
+        {% if m.role == 'assistant' and not enable_thinking is false %}<think></think>{% endif %}{{ m.content or '' }}<|im_end|>
+        {% endfor %}
+        {%- if add_generation_prompt %}<|im_start|>assistant
+        {% if enable_thinking is false %}<think></think>{% endif %}{% endif %}
+    """)
+    r = engine.inspect_template(source, origin="switch")
+    assert any(v == "enable_thinking" for v, _a, _b in r.reasoning.switches)
+    assert all(not (c.fix or "").startswith("turn_template_kwargs") for c in r.prefix)
+
+
+def test_the_fields_a_template_needs_for_its_prefix_make_a_lintable_rule(engine, tmp_path):
+    from toolrules._engine import lint_rules
+    from toolrules.rules._loader import discover, layers_for
+
+    r = engine.inspect_template(bench_template("drop-thinking"), origin="drop-thinking")
+    (tmp_path / "models").mkdir()
+    (tmp_path / "models" / "thinker.yaml").write_text(rule_stub(r, "thinker", "2026-11-28"),
+                                                      encoding="utf-8")
+    rs = discover(layers_for([str(tmp_path)], use_env=False))
+    assert [p for p in lint_rules(rs) if p.level == "error"] == []
+    import toolrules
+
+    cap = toolrules.load(paths=[str(tmp_path)], use_env=False, cache=False).capability(
+        "thinker-7b")
+    assert cap.template_kwargs == {"preserve_thinking": True}
+    r2 = engine.inspect_template(bench_template("property-type"), origin="property-type")
+    (tmp_path / "models" / "typed.yaml").write_text(rule_stub(r2, "typed", "2026-11-28"),
+                                                    encoding="utf-8")
+    cap2 = toolrules.load(paths=[str(tmp_path)], use_env=False, cache=False).capability(
+        "typed-7b")
+    assert cap2.turn_tool_schema == ("property-types",)

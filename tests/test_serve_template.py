@@ -10,6 +10,7 @@ answering with raw model text - no tool-call parser on the server."""
 
 from __future__ import annotations
 
+import json
 import logging
 import sys
 import textwrap
@@ -204,3 +205,95 @@ def test_serve_check_shows_what_was_derived():
     assert res.exit_code == 0, res.output
     assert f"chat template from {up.url}/props (my-model.gguf), sha256 " in res.output
     assert "dialect qwen3-coder" in res.output
+
+
+# ---------------------------------------------------------------- prompts that only grow
+
+BENCH = Path(__file__).resolve().parent.parent / "templates" / "bench"
+
+
+def _bench_template(name: str) -> str:
+    return (BENCH / f"{name}.jinja").read_text(encoding="utf-8")
+
+
+def test_a_template_that_drops_earlier_thinking_is_sent_its_own_variable(engine):
+    """The template leaves the (empty) thinking block of earlier turns out once a newer
+    user message exists, unless `preserve_thinking`: inspected at start, the route sends
+    that variable with every request, so the next prompt extends the last."""
+    with PropsServer(_bench_template("drop-thinking"), replies=["Hello.", "Again."]) as up, \
+            ProxyServer(upstream="llamacpp", base_url=up.url + "/v1", engine=engine) as proxy:
+        cap = proxy.config.routes[0].engine.capability(MODEL)
+        assert cap.template_kwargs == {"preserve_thinking": True}
+        client = oa(proxy)
+        first = [{"role": "system", "content": "Be brief."},
+                 {"role": "user", "content": "Hi."}]
+        client.chat.completions.create(model=MODEL, messages=first)
+        client.chat.completions.create(model=MODEL, messages=[
+            *first, {"role": "assistant", "content": "Hello."},
+            {"role": "user", "content": "Once more."}])
+    assert [r.get("chat_template_kwargs") for r in up.requests] == \
+        [{"preserve_thinking": True}] * 2
+    assert up.prompts[1].startswith(up.prompts[0])
+
+
+def test_a_client_sets_its_own_template_variable_over_the_route(engine):
+    with PropsServer(_bench_template("drop-thinking"), replies=["Hello."]) as up, \
+            ProxyServer(upstream="llamacpp", base_url=up.url + "/v1", engine=engine) as proxy:
+        body = proxy.engine.build_request(
+            "llamacpp", MODEL, [{"role": "user", "content": "Hi."}],
+            request_overrides={"chat_template_kwargs": {"enable_thinking": False}})
+    assert body["chat_template_kwargs"] == {"enable_thinking": False}
+    assert proxy.engine.provider_rules("llamacpp").template_kwargs_path == \
+        "chat_template_kwargs"
+
+
+def test_a_template_that_moves_its_tool_list_gets_the_tools_in_the_system_prompt(engine):
+    """The template writes the tool list before the LAST user message: it would move on
+    every new prompt. The route offers the tools in the leading system prompt, in the
+    model's trained format, and reads the raw call back."""
+    raw = '[TOOL_CALLS][{"name": "get_weather", "arguments": {"city": "Paris"}}]'
+    with PropsServer(_bench_template("tools-before-last-user"),
+                     replies=[raw, "It is sunny."]) as up, \
+            ProxyServer(upstream="llamacpp", base_url=up.url + "/v1", engine=engine) as proxy:
+        cap = proxy.config.routes[0].engine.capability(MODEL)
+        assert cap.turn_tools == "system"
+        client = oa(proxy)
+        first = [{"role": "system", "content": "Be brief."},
+                 {"role": "user", "content": "Weather in Paris?"}]
+        res = client.chat.completions.create(model=MODEL, messages=first, tools=TOOLS)
+        call = res.choices[0].message.tool_calls[0]
+        assert (call.function.name, json.loads(call.function.arguments)) == \
+            ("get_weather", {"city": "Paris"})
+        second = [*first, res.choices[0].message.model_dump(exclude_none=True),
+                  {"role": "tool", "tool_call_id": call.id, "content": "sunny"}]
+        client.chat.completions.create(model=MODEL, tools=TOOLS, messages=second)
+        client.chat.completions.create(model=MODEL, tools=TOOLS, messages=[
+            *second, {"role": "assistant", "content": "It is sunny."},
+            {"role": "user", "content": "And tomorrow?"}])
+    assert all("tools" not in r for r in up.requests)
+    assert "get_weather" in up.requests[0]["messages"][0]["content"]
+    # the model's own tool block, inside the leading system prompt - not before the
+    # last user message, where the template would have written it
+    p0 = up.prompts[0]
+    assert p0.index("[AVAILABLE_TOOLS]") < p0.index("[/SYSTEM_PROMPT]") < p0.index("[INST]")
+    assert up.prompts[1].startswith(up.prompts[0])
+    assert up.prompts[2].startswith(up.prompts[1])
+
+
+def test_a_template_that_reads_every_property_type_gets_typed_schemas(engine):
+    """A property without `type` (Claude Code sends one) breaks a template that reads each
+    property's type: the route's inspection found the fix, and the request renders."""
+    untyped = [{"type": "function", "function": {
+        "name": "run", "description": "Run a workflow.",
+        "parameters": {"type": "object", "properties": {
+            "name": {"type": "string"}, "args": {"description": "anything"}}}}}]
+    with PropsServer(_bench_template("property-type"), replies=["Done."]) as up, \
+            ProxyServer(upstream="llamacpp", base_url=up.url + "/v1", engine=engine) as proxy:
+        cap = proxy.config.routes[0].engine.capability(MODEL)
+        assert cap.turn_tool_schema == ("property-types",)
+        res = oa(proxy).chat.completions.create(
+            model=MODEL, tools=untyped, messages=[{"role": "user", "content": "Go."}])
+    assert res.choices[0].message.content == "Done."
+    sent = up.requests[0]["tools"][0]["function"]["parameters"]["properties"]
+    assert sent["args"] == {"description": "anything", "type": "string"}
+    assert len(up.prompts) == 1

@@ -46,4 +46,5 @@ SECTIONS: tuple[tuple[str, Section], ...] = (
 )
 
 # section -> the keyword options its function takes (`toolrules bench prefix --template F`)
-SECTION_OPTIONS: dict[str, tuple[str, ...]] = {"prefix": ("templates", "sessions", "local")}
+SECTION_OPTIONS: dict[str, tuple[str, ...]] = {
+    "prefix": ("templates", "sessions", "local", "unfitted")}

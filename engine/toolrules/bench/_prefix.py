@@ -367,12 +367,21 @@ def open_devnull() -> Iterator[None]:
 
 
 async def _replay(engine: Any, session: Session, upstream: TemplateUpstream,
-                  report: PrefixReport) -> None:
+                  report: PrefixReport, fitted: bool = True) -> None:
+    import dataclasses
+
     import httpx
 
     from ..serve import create_app, load_config
+    from ..serve._config import route_engine
 
     config = load_config(engine, upstream=f"{PROVIDER}:{MODEL}", base_url=upstream.url + "/v1")
+    if not fitted:  # the rules' configuration: what the template does to unfitted prompts
+        routes = []
+        for route in config.routes:
+            bare = dataclasses.replace(route, template=None)
+            routes.append(dataclasses.replace(bare, engine=route_engine(engine, bare)))
+        config = dataclasses.replace(config, routes=tuple(routes))
     app: Any = create_app(engine, config)
     state = app.state.serve
     fronts = {f.path: f.provider for f in state.fronts if f.path}
@@ -418,12 +427,15 @@ async def _replay(engine: Any, session: Session, upstream: TemplateUpstream,
 
 
 def measure(engine: Any, session: Session, template: Path | str, *,
-            tokenize: Callable[[str], list[int]] | None = None) -> PrefixReport:
-    """Replay `session` through the proxy into an upstream rendering `template`."""
+            tokenize: Callable[[str], list[int]] | None = None,
+            fitted: bool = True) -> PrefixReport:
+    """Replay `session` through the proxy into an upstream rendering `template` (`fitted`:
+    the route configured from the template's inspection, as `toolrules serve` does; else
+    the rules' configuration alone)."""
     path = Path(template)
     report = PrefixReport(session.name, path.stem)
     with TemplateUpstream(path.read_text(encoding="utf-8"), path.name) as upstream:
-        asyncio.run(_replay(engine, session, upstream, report))
+        asyncio.run(_replay(engine, session, upstream, report, fitted))
     fronts = report.fronts
     last: dict[tuple[str, bool], str] = {}
     token_cache: dict[str, list[int]] = {}
@@ -505,7 +517,8 @@ def _new_conversations(engine: Any, session: Session, report: PrefixReport,
 # ---------------------------------------------------------------- the section
 
 def bench(engine: Any, quick: bool, *, templates: Sequence[str] = (),
-          sessions: Sequence[str] = (), local: bool = False) -> list[tuple[str, ...]]:
+          sessions: Sequence[str] = (), local: bool = False,
+          unfitted: bool = False) -> list[tuple[str, ...]]:
     """Rows (label, figure[, verdict]) for `toolrules bench prefix`."""
     try:
         import httpx  # noqa: F401
@@ -523,10 +536,12 @@ def bench(engine: Any, quick: bool, *, templates: Sequence[str] = (),
                                f"{s.header.get('package', '?')})" for s in loaded)),
         ("templates", ", ".join(p.stem for p in tpaths)),
         ("tokens", "GGUF vocabulary of the embedded model" if tokenize else
-         "characters only" + (" (--quick)" if quick else " (no llama-cpp-python / weights)"))]
+         "characters only" + (" (--quick)" if quick else " (no llama-cpp-python / weights)")),
+        ("route", "the rules' configuration (--unfitted)" if unfitted else
+         "configured from each template's inspection, as toolrules serve does")]
     for s in loaded:
         for t in tpaths:
-            report = measure(engine, s, t, tokenize=tokenize)
+            report = measure(engine, s, t, tokenize=tokenize, fitted=not unfitted)
             out += rows(report)
     if local:
         from ._prefix_local import local_rows

@@ -35,8 +35,8 @@ from ._render import (
     template_environment,
 )
 
-__all__ = ["CallFormat", "Probe", "ReasoningFormat", "TemplateReport", "TemplateSource",
-           "inspect_template", "rule_stub"]
+__all__ = ["CallFormat", "PrefixCheck", "Probe", "ReasoningFormat", "TemplateReport",
+           "TemplateSource", "inspect_template", "rule_stub"]
 
 _MAX_TEMPLATE_CHARS = 1 << 20
 
@@ -188,6 +188,42 @@ class ReasoningFormat:
 
 
 @dataclass(frozen=True, slots=True)
+class PrefixCheck:
+    """A conversation extended by one turn, rendered again: does the new prompt start with
+    the previous one (as a server's cache needs), and if not, what moved and what keeps
+    it in place."""
+
+    name: str
+    """tool-turn (a call and its result appended) or user-turn (an answer and a new user
+    prompt appended)."""
+    question: str
+    kept: float | None
+    """The share of the previous prompt the new one keeps as its prefix (None: the
+    conversation does not render)."""
+    at: int | None = None
+    """Where the two first differ, in the previous prompt (None: it is kept whole)."""
+    previous: str = ""
+    new: str = ""
+    """About 60 characters around that position in each prompt."""
+    moved: str | None = None
+    """What the template rewrote there, in words."""
+    fix: str | None = None
+    """What keeps the prefix, as the capability field that asks for it (None: nothing
+    found)."""
+    message: str | None = None
+    """Why it was not measured (a template error)."""
+
+    @property
+    def stable(self) -> bool:
+        return self.kept == 1.0
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"name": self.name, "question": self.question, "kept": self.kept,
+                "at": self.at, "previous": self.previous, "new": self.new,
+                "moved": self.moved, "fix": self.fix, "message": self.message}
+
+
+@dataclass(frozen=True, slots=True)
 class TemplateReport:
     """What a chat template enforces, drops and writes (Engine.inspect_template)."""
 
@@ -211,11 +247,17 @@ class TemplateReport:
     notes: tuple[str, ...] = ()
     bos_token: str = ""
     eos_token: str = ""
+    prefix: tuple[PrefixCheck, ...] = ()
+    """Whether each next turn's prompt extends the previous one (a server's prompt cache)."""
+    schema_fixes: tuple[tuple[str, str], ...] = ()
+    """(template fix, what the template did without it) for each tool-schema shape it
+    cannot render (rules/schema_strategies.yaml template_fixes)."""
 
     @property
     def capability(self) -> dict[str, Any]:
         """The derived capability fields, as a family rule or a route override sets them."""
-        return {k: list(v) if isinstance(v, tuple) else v for k, v in self.fields}
+        return {k: dict(v) if k == "turn_template_kwargs" else
+                list(v) if isinstance(v, tuple) else v for k, v in self.fields}
 
     def probe(self, name: str) -> Probe | None:
         return next((p for p in self.probes if p.name == name), None)
@@ -227,6 +269,8 @@ class TemplateReport:
                 "renders_tools": self.renders_tools,
                 "probes": [p.as_dict() for p in self.probes], "call": self.call.as_dict(),
                 "reasoning": self.reasoning.as_dict(), "tool_result": self.tool_result,
+                "prefix": [c.as_dict() for c in self.prefix],
+                "schema_fixes": [{"fix": f, "without": w} for f, w in self.schema_fixes],
                 "capability": self.capability, "notes": list(self.notes)}
 
 
@@ -377,10 +421,16 @@ def inspect_template(engine: Any, source: str, *, bos_token: str = "", eos_token
     if not renders_tools:
         notes.append("the template does not write the tool definitions into the prompt: "
                      "tools are offered by the emulation prompt (native_tools: false)")
+    switches = {v for v, _t, _f in reasoning.switches}
+    prefix = _prefix_checks(r, pr.as_text, variables, switches, reasoning, renders_tools)
+    _derive_prefix(engine, prefix, call, renders_tools, fields, notes)
+    fixes = _schema_fixes(engine, r)
+    if fixes:
+        fields["turn_tool_schema"] = tuple(f for f, _w in fixes)
     return TemplateReport(origin, hashlib.sha256(source.encode("utf-8")).hexdigest(),
                           variables, gen_prompt, renders_tools, tuple(pr.probes), call,
                           reasoning, tool_result, tuple(fields.items()), tuple(notes),
-                          bos_token, eos_token)
+                          bos_token, eos_token, prefix, fixes)
 
 
 def _variables(env: Any, source: str) -> tuple[str, ...]:
@@ -727,6 +777,166 @@ def _tool_result_text(r: _Renderer, pr: _Prober, gen_prompt: str,
     return text[start:end].replace(_R1, "{result}")
 
 
+# ---------------------------------------------------------------- the prompt prefix
+
+_AROUND = 30  # characters shown on each side of a first difference
+_TOOL_PROMPT = "zqxtoolprompt"  # stands for tool definitions written into the system text
+
+
+def _around(text: str, at: int) -> str:
+    return text[max(0, at - _AROUND):at + _AROUND]
+
+
+def _stages(as_text: bool, *, tools_in_system: bool = False
+            ) -> tuple[list[dict[str, Any]], list[dict[str, Any]], list[dict[str, Any]]]:
+    """Three prompts of one conversation as an agent's turns make them: a prompt; the
+    model's call and its result appended; its answer and the user's next prompt
+    appended. `tools_in_system`: the tool definitions stand in the system text instead
+    of the tools variable."""
+    system = _S1 + (f"\n\n{_TOOL_PROMPT}" if tools_in_system else "")
+    first = [_m("system", system), _m("user", _U1)]
+    second = [*first, _call(as_text=as_text), _result()]
+    third = [*second, _m("assistant", _A2), _m("user", _U2)]
+    return first, second, third
+
+
+def _extends(r: _Renderer, prev: Sequence[Mapping[str, Any]], new: Sequence[Mapping[str, Any]],
+             *, tools: bool = True, **extra: Any) -> tuple[str, str] | str:
+    """(previous prompt, new prompt), or the template's message when one does not render."""
+    a, err = r.render(prev, tools=tools, **extra)
+    if err is not None or a is None:
+        return err.message if err is not None else "it does not render"
+    b, err = r.render(new, tools=tools, **extra)
+    if err is not None or b is None:
+        return err.message if err is not None else "it does not render"
+    return a, b
+
+
+def _what_moved(prev: str, new: str, at: int, reasoning: ReasoningFormat) -> str:
+    """In words: what stands at the first difference of the previous prompt."""
+    rest = prev[at:]
+    if _TOOL_DOC in rest and _TOOL_DOC in new[at:]:
+        return "the tool definitions (written at a place that moves with the conversation)"
+    if reasoning.open and rest.lstrip().startswith(reasoning.open.strip()) and \
+            not new[at:].lstrip().startswith(reasoning.open.strip()):
+        return "the reasoning block of an earlier assistant turn (dropped once a newer " \
+               "user message exists)"
+    # text of the previous prompt that the new one leaves out: what follows it is there
+    # (from the start of the marker or word the two part in)
+    while at > 0 and not prev[at - 1].isspace() and prev[at - 1] not in ">]}|)":
+        at -= 1
+    follow = new[at:at + 20]
+    k = prev.find(follow, at + 1) if follow else -1
+    if k > at:
+        return f"{json.dumps(prev[at:k], ensure_ascii=False)} of an earlier turn, left out"
+    return "the text at that position"
+
+
+def _prefix_checks(r: _Renderer, as_text: bool, variables: Sequence[str],
+                   switches: set[str], reasoning: ReasoningFormat,
+                   renders_tools: bool) -> tuple[PrefixCheck, ...]:
+    """Each next turn rendered again: the prompt must start with the previous one. Where
+    it does not, the template's own variables (not those that change the generation
+    prompt: they change what the model does) are tried, then the tool definitions in the
+    system text instead of where the template writes them."""
+    first, second, third = _stages(as_text)
+    candidates = [v for v in variables if v not in _STANDARD_VARS and v not in switches]
+    out = []
+    for name, question, prev, new in (
+            ("tool-turn", "the model's call and its result appended", first, second),
+            ("user-turn", "the model's answer and a new user prompt appended", second, third)):
+        got = _extends(r, prev, new)
+        if isinstance(got, str):
+            out.append(PrefixCheck(name, question, None, message=got))
+            continue
+        a, b = got
+        at = _common(a, b)
+        if at == len(a):
+            out.append(PrefixCheck(name, question, 1.0))
+            continue
+        fix = None
+        for var in candidates[:_MAX_SWITCHES]:
+            for value in (True, False):
+                again = _extends(r, prev, new, **{var: value})
+                if not isinstance(again, str) and again[1].startswith(again[0]) \
+                        and _U1 in again[1] and _A2 in again[1]:
+                    fix = f"turn_template_kwargs: {{{var}: {json.dumps(value)}}}"
+                    break
+            if fix:
+                break
+        moved = _what_moved(a, b, at, reasoning)
+        if fix is None and renders_tools and moved.startswith("the tool definitions"):
+            k = 0 if name == "tool-turn" else 1
+            staged = _stages(as_text, tools_in_system=True)
+            again = _extends(r, staged[k], staged[k + 1], tools=False)
+            if not isinstance(again, str) and again[1].startswith(again[0]):
+                fix = "turn_tools: system"
+        out.append(PrefixCheck(name, question, at / len(a) if a else 1.0, at, _around(a, at),
+                               _around(b, at), moved, fix))
+    return tuple(out)
+
+
+def _derive_prefix(engine: Any, checks: Sequence[PrefixCheck], call: CallFormat,
+                   renders_tools: bool, out: dict[str, Any], notes: list[str]) -> None:
+    """The capability fields that keep each next prompt an extension of the last."""
+    kwargs: dict[str, Any] = {}
+    for c in checks:
+        if c.stable or c.kept is None:
+            continue
+        if c.fix and c.fix.startswith("turn_template_kwargs:"):
+            var, _sep, value = c.fix[len("turn_template_kwargs: {"):-1].partition(": ")
+            kwargs[var] = json.loads(value)
+        elif c.fix == "turn_tools: system":
+            out["turn_tools"] = "system"
+            trained = {st.dialect for st in engine.emulation_styles() if st.trained}
+            if call.dialect in trained:
+                out["emulation_style"] = "dialect"
+            notes.append("the template moves its tool definitions as the conversation grows: "
+                         "the tools go in the leading system prompt, in the model's trained "
+                         "format (turn_tools: system)")
+        else:
+            notes.append(f"after {c.question}, the prompt keeps {100 * (c.kept or 0):.1f} % of "
+                         f"the previous one ({c.moved}); no variable of the template or tool "
+                         "placement keeps it: a server processes the rest again")
+    if kwargs:
+        out["turn_template_kwargs"] = tuple(sorted(kwargs.items()))
+        notes.append("the template rewrites earlier turns unless its variables "
+                     + ", ".join(f"{k}={json.dumps(v)}" for k, v in sorted(kwargs.items()))
+                     + " are passed (turn_template_kwargs: the proxy sends them as the "
+                     "server's chat_template_kwargs)")
+
+
+def _schema_fixes(engine: Any, r: _Renderer) -> tuple[tuple[str, str], ...]:
+    """The template fixes (rules/schema_strategies.yaml template_fixes) for tool schema
+    shapes the template cannot render but renders once fixed."""
+    from ..providers._transforms import compile_pipeline
+
+    table = (engine.ruleset.table("schema_strategies") or {}).get("template_fixes") or {}
+    out = []
+    for name, entry in table.items():
+        if not isinstance(entry, Mapping) or not isinstance(entry.get("probe"), Mapping):
+            continue
+        fn = {"name": _TOOL_NAME, "description": _TOOL_DOC, "parameters": entry["probe"]}
+        _text, err = _with_tool(r, fn)
+        if err is None:
+            continue
+        fixed = compile_pipeline(entry.get("pipeline")).run(_TOOL_NAME, _TOOL_DOC,
+                                                            entry["probe"])
+        _, again = _with_tool(r, {**fn, "parameters": fixed.parameters})
+        if again is None:
+            out.append((str(name), err.message))
+    return tuple(out)
+
+
+def _with_tool(r: _Renderer, fn: Mapping[str, Any]) -> tuple[str | None, TemplateRaised | None]:
+    saved = r.tool
+    r.tool = {"type": "function", "function": dict(fn)}
+    try:
+        return r.render([_m("user", _U1)])
+    finally:
+        r.tool = saved
+
+
 # ---------------------------------------------------------------- the capability fields
 
 def _derive(engine: Any, pr: _Prober, call: CallFormat, reasoning: ReasoningFormat,
@@ -794,8 +1004,6 @@ def _derive(engine: Any, pr: _Prober, call: CallFormat, reasoning: ReasoningForm
     if not ok("call") and not renders_tools:
         notes.append("the template renders no tool calls; turn_text_with_calls and "
                      "turn_history_calls describe what it does with them once written as text")
-    notes.append("turn_system_stable is not derived: keeping the leading system text "
-                 "byte-stable is a prompt-caching choice, not something a template shows")
     return out
 
 
@@ -824,7 +1032,7 @@ def rule_stub(report: TemplateReport, family: str, when: str) -> str:
     lines = [f"# Derived by `toolrules inspect` from {report.origin}",
              f"# (chat template sha256 {report.sha256[:16]}) on {when}.",
              "# What the template raised on or dropped when probed, and the dialect its calls",
-             "# read back in; review before relying on it (turn_system_stable is not derived)."]
+             "# read back in; review before relying on it."]
     for p in report.probes:
         if p.outcome in ("raised", "failed", "dropped"):
             why = p.message or ("drops " + ", ".join(p.missing))

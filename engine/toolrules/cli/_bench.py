@@ -24,13 +24,19 @@ __all__ = ["COMMANDS"]
 @click.option("--local", is_flag=True,
               help="prefix: also serve a recorded session from the embedded model behind "
                    "llama-cpp-python's server and count the prompt tokens it evaluates.")
+@click.option("--unfitted", is_flag=True,
+              help="prefix: the route keeps the rules' configuration instead of the one the "
+                   "template's inspection gives (what the template does to prompts the "
+                   "proxy has not fitted to it).")
 def bench(sections: tuple[str, ...], quick: bool, only: tuple[str, ...], check: bool,
-          templates: tuple[str, ...], sessions: tuple[str, ...], local: bool) -> None:
+          templates: tuple[str, ...], sessions: tuple[str, ...], local: bool,
+          unfitted: bool) -> None:
     """Measure load time, lookups, parsing, streaming and rendering (figures, not pass/fail).
     SECTIONS (or --only) picks sections: `toolrules bench serve`. Figures held to a limit
     say whether they are within it; --check turns one over its limit into exit 1.
-    `toolrules bench prefix [--template FILE] [--session FILE] [--local]`: how much of
-    each turn's prompt an agent session keeps from the last (a server's cache reuse)."""
+    `toolrules bench prefix [--template FILE] [--session FILE] [--local] [--unfitted]`:
+    how much of each turn's prompt an agent session keeps from the last (a server's
+    cache reuse)."""
     from .._engine import load
     from ..bench import SECTION_OPTIONS, SECTIONS
 
@@ -40,7 +46,8 @@ def bench(sections: tuple[str, ...], quick: bool, only: tuple[str, ...], check: 
     if unknown:
         raise click.UsageError(f"unknown section(s) {', '.join(unknown)}; known: "
                                f"{', '.join(known)}")
-    given = {"templates": templates, "sessions": sessions, "local": local}
+    given = {"templates": templates, "sessions": sessions, "local": local,
+             "unfitted": unfitted}
     asked = [name for name, value in given.items() if value]
     takers = [s for s, opts in SECTION_OPTIONS.items() if set(asked) <= set(opts)]
     if asked and not any(s in only for s in takers):

@@ -225,6 +225,22 @@ def _print(report: Any, src: TemplateSource) -> None:
     echo(f"  prompt       {'opens reasoning' if r.opened_by_prompt else 'does not open reasoning'}")
     for var, on, off in r.switches:
         echo(f"  switch       {var}: true -> {_q(on)}, false -> {_q(off)}")
+    echo("\nprompt prefix (does each next turn's prompt extend the last, as a server's "
+         "cache needs)")
+    for c in report.prefix:
+        if c.kept is None:
+            echo(f"  n/a      {c.question}: does not render ({c.message})")
+        elif c.stable:
+            echo(f"  extends  {c.question}")
+        else:
+            echo(f"  BREAKS   {c.question}: {100 * c.kept:.1f} % of the previous prompt kept")
+            echo(f"           at char {c.at}: previous {_q(c.previous)}")
+            echo(f"                         new      {_q(c.new)}")
+            echo(f"           moved: {c.moved}")
+            echo(f"           fix: {c.fix or 'none found'}")
+    for fix, without in report.schema_fixes:
+        echo(f"  schema   a tool schema shape it cannot render ({without}): "
+             f"turn_tool_schema {fix}")
     echo("\ncapability (what a rule or a served route sets)")
     for k, v in report.capability.items():
         echo(f"  {k}: {json.dumps(v)}")

@@ -353,3 +353,24 @@ def test_configuration_cross_checks_are_reported_with_their_place(tmp_path, engi
     assert "'ftp://elsewhere' is not an http(s) URL" in lines[1]
     assert "listed twice (first as servers[0])" in lines[2]
     assert "names no slot field" in lines[3] and "(serve-servers)" in lines[3]
+
+
+def test_the_chat_template_is_asked_of_the_first_server_that_answers(tmp_path, engine):
+    import socket
+
+    from props_server import PropsServer
+
+    with socket.socket() as s:  # a port nothing listens on
+        s.bind(("127.0.0.1", 0))
+        closed = s.getsockname()[1]
+    with PropsServer("{% for m in messages %}{{ m.content }}{% endfor %}") as up:
+        cfg = tmp_path / "fleet.yaml"
+        cfg.write_text(f"""routes:
+  - model: coder
+    upstream:
+      provider: llamacpp
+      servers: [http://127.0.0.1:{closed}/v1, {up.url}/v1]
+""", encoding="utf-8")
+        route = load_config(engine, cfg).routes[0]
+    assert route.template is not None and route.template.reason is None
+    assert route.template.url == f"{up.url}/props" and up.props_asked == 1

@@ -280,8 +280,16 @@ def ask_template(engine: Any, route: Route, ask: str | None) -> RouteTemplate | 
         return None
     try:
         key = os.environ.get(up.api_key_env) if up.api_key_env else None
-        served = fetch_server_template(engine, up.provider, up.base_url, api_key=key,
-                                       timeout=min(float(up.connect_timeout or 5.0), 5.0))
+        # several servers of one model render one template: the first that says
+        for i, url in enumerate(up.servers or (up.base_url,)):
+            try:
+                served = fetch_server_template(
+                    engine, up.provider, url, api_key=key,
+                    timeout=min(float(up.connect_timeout or 5.0), 5.0))
+                break
+            except TemplateUnavailable:
+                if i + 1 == len(up.servers or (up.base_url,)):
+                    raise
         report = engine.inspect_template(served.text, bos_token=served.bos_token,
                                          eos_token=served.eos_token, origin=served.origin)
     except TemplateUnavailable as exc:

@@ -275,6 +275,8 @@ class FleetView:
     def _plan(self, messages: Sequence[Message], options: dict[str, Any]
               ) -> tuple[list[_Server], dict[str, Any]]:
         fleet = self._fleet
+        if not fleet.several and not fleet.slot_field:  # one server, nothing to choose
+            return list(fleet.servers), options
         key = affinity_key(messages)
         fresh = not any(m.role == "assistant" for m in messages)
         order = fleet.attempts(key, fresh)

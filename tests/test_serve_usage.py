@@ -172,3 +172,80 @@ def test_no_cached_figure_is_made_up_when_the_upstream_reports_none(proxy, serve
     assert usage.input_tokens > 0  # the proxy's estimate
     log = access()[-1]
     assert "cached_tokens" not in log and "prompt_tokens" not in log
+
+
+# ---------------------------------------------------------------- other upstream APIs
+
+ANTHROPIC_USAGE = {"input_tokens": 20, "cache_read_input_tokens": 80,
+                   "cache_creation_input_tokens": 0}
+
+
+def _anthropic_upstream(stream: bool) -> Any:
+    from wire_server import json_reply, sse_reply
+
+    if not stream:
+        return json_reply({"id": "msg_up", "type": "message", "role": "assistant",
+                           "model": "claude", "content": [{"type": "text", "text": "hi"}],
+                           "stop_reason": "end_turn", "stop_sequence": None,
+                           "usage": {**ANTHROPIC_USAGE, "output_tokens": 3}})
+    return sse_reply([
+        {"type": "message_start", "message": {
+            "id": "msg_up", "type": "message", "role": "assistant", "model": "claude",
+            "content": [], "stop_reason": None, "stop_sequence": None,
+            "usage": {**ANTHROPIC_USAGE, "output_tokens": 1}}},
+        {"type": "content_block_start", "index": 0, "content_block": {"type": "text",
+                                                                      "text": ""}},
+        {"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta",
+                                                              "text": "hi"}},
+        {"type": "content_block_stop", "index": 0},
+        {"type": "message_delta", "delta": {"stop_reason": "end_turn",
+                                            "stop_sequence": None},
+         "usage": {"output_tokens": 3}},
+        {"type": "message_stop"}], named=True)
+
+
+def _responses_upstream(stream: bool) -> Any:
+    from wire_server import json_reply, sse_reply
+
+    body = {"id": "resp_up", "object": "response", "status": "completed", "model": "gpt",
+            "output": [{"type": "message", "id": "msg_1", "role": "assistant",
+                        "status": "completed",
+                        "content": [{"type": "output_text", "text": "hi",
+                                     "annotations": []}]}],
+            "usage": {"input_tokens": 100, "input_tokens_details": {"cached_tokens": 80},
+                      "output_tokens": 3, "output_tokens_details": {"reasoning_tokens": 0},
+                      "total_tokens": 103}}
+    if not stream:
+        return json_reply(body)
+    return sse_reply([
+        {"type": "response.output_text.delta", "item_id": "msg_1", "output_index": 0,
+         "content_index": 0, "delta": "hi", "sequence_number": 0},
+        {"type": "response.completed", "response": body, "sequence_number": 1}], named=True)
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["whole", "stream"])
+@pytest.mark.parametrize(("provider", "reply"), [("anthropic", _anthropic_upstream),
+                                                 ("openai-responses", _responses_upstream)])
+def test_cached_tokens_are_read_from_other_upstream_apis(upstream, tmp_path, monkeypatch,
+                                                         engine, access, provider, reply,
+                                                         stream):
+    from serve_helpers import route_to
+
+    monkeypatch.setenv("TOOLRULES_TEST_UPSTREAM_KEY", "sk-test")
+    base = upstream.url + ("/v1" if provider == "openai-responses" else "")
+    upstream.replies.clear()
+    upstream.replies.append(reply(stream))
+    with ProxyServer(config=route_to(provider, "up-model", base), tmp=tmp_path,
+                     engine=engine) as proxy:
+        client = oa(proxy)
+        msgs = [{"role": "user", "content": "hi"}]
+        if stream:
+            usage = list(client.chat.completions.create(
+                model="up-model", messages=msgs, stream=True,
+                stream_options={"include_usage": True}))[-1].usage
+        else:
+            usage = client.chat.completions.create(model="up-model", messages=msgs).usage
+    # Anthropic's 20 uncached + 80 read from the cache: 100 prompt tokens, 80 cached
+    assert (usage.prompt_tokens, usage.prompt_tokens_details.cached_tokens,
+            usage.completion_tokens) == (100, 80, 3)
+    assert access()[-1]["cached_tokens"] == 80

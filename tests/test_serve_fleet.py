@@ -374,3 +374,60 @@ def test_the_chat_template_is_asked_of_the_first_server_that_answers(tmp_path, e
         route = load_config(engine, cfg).routes[0]
     assert route.template is not None and route.template.reason is None
     assert route.template.url == f"{up.url}/props" and up.props_asked == 1
+
+
+# ---------------------------------------------------------------- the choice itself
+
+def _fleet(urls: list[str], **kw: Any) -> Any:
+    from toolrules.serve._fleet import Fleet
+
+    return Fleet(0, [(u, None) for u in urls], **kw)
+
+
+def _key(n: int) -> bytes:
+    key = affinity_key([Message(role="system", content=SYSTEM),
+                        Message(role="user", content=f"task {n}")])
+    assert key is not None
+    return key
+
+
+def test_adding_a_server_moves_only_the_conversations_it_now_comes_first_for():
+    two = _fleet(["http://a:8080/v1", "http://b:8080/v1"])
+    three = _fleet(["http://a:8080/v1", "http://b:8080/v1", "http://c:8080/v1"])
+    keys = [_key(n) for n in range(600)]
+    moved = [k for k in keys if two.order(k)[0].url != three.order(k)[0].url]
+    assert all(three.order(k)[0].url == "http://c:8080/v1" for k in moved)
+    assert 0.25 < len(moved) / len(keys) < 0.42  # about a third, none needlessly
+    firsts = [two.order(k)[0].url for k in keys]
+    assert 0.4 < firsts.count("http://a:8080/v1") / len(keys) < 0.6  # spread evenly
+    # the list's order in the configuration does not matter
+    flipped = _fleet(["http://b:8080/v1", "http://a:8080/v1"])
+    assert [flipped.order(k)[0].url for k in keys] == firsts
+
+
+def test_the_key_is_the_leading_content_and_nothing_else():
+    sys_msg, first = Message(role="system", content="S"), Message(role="user", content="U")
+    later = [sys_msg, first, Message(role="assistant", content="A"),
+             Message(role="user", content="next")]
+    assert affinity_key([sys_msg, first]) == affinity_key(later)
+    assert affinity_key([sys_msg, Message(role="user", content="V")]) != affinity_key(later)
+    assert affinity_key([Message(role="system", content="T"), first]) != affinity_key(later)
+    assert affinity_key([]) is None
+
+
+def test_bounded_load_for_new_conversations_only():
+    fleet = _fleet(["http://a:8080/v1", "http://b:8080/v1"], balance_factor=1.0)
+    key = next(_key(n) for n in range(100)
+               if fleet.order(_key(n))[0].url == "http://a:8080/v1")
+    a, b = fleet.order(key)
+    a.in_flight = 1
+    assert fleet.attempts(key, fresh=True)[0] is b   # a new conversation: the idle one
+    assert fleet.attempts(key, fresh=False)[0] is a  # a later turn: where its cache is
+    b.in_flight = 1
+    assert fleet.attempts(key, fresh=True)[0] is a   # even again: its own first choice
+    loose = _fleet(["http://a:8080/v1", "http://b:8080/v1"], balance_factor=2.0)
+    la, _lb = loose.order(key)
+    la.in_flight = 1
+    assert loose.attempts(key, fresh=True)[0] is la  # 2 x the fair share allows it
+    a.healthy = False
+    assert fleet.attempts(key, fresh=False) == [b, a]  # down: last, as a last resort

@@ -298,7 +298,7 @@ class FleetView:
                 parsed: ParsedResponse = await client.generate(messages, tools, tool_choice,
                                                                **options)
             except ProviderError as exc:
-                if i + 1 < len(order) and self._fleet.failed(server, exc):
+                if self._fleet.failed(server, exc) and i + 1 < len(order):
                     continue
                 raise
             finally:
@@ -328,7 +328,7 @@ class FleetView:
                     yield chunk
             except ProviderError as exc:
                 # the next server only while nothing of this one's answer went anywhere
-                if not began and i + 1 < len(order) and self._fleet.failed(server, exc):
+                if not began and self._fleet.failed(server, exc) and i + 1 < len(order):
                     continue
                 raise
             finally:

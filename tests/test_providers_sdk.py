@@ -132,6 +132,8 @@ def test_openai_chat_requests_validate(engine, provider):
         if provider == "deepseek":  # DeepSeek's documented extension of assistant turns
             for msg in body["messages"]:
                 assert msg.pop("reasoning_content", "") == "" or msg["role"] == "assistant"
+        if provider == "llamacpp":  # llama-server's own option: reuse the cached prefix
+            assert body.pop("cache_prompt") is True
         _check_typeddict(CompletionCreateParamsNonStreaming, body)
 
 

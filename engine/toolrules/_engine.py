@@ -218,7 +218,8 @@ class Engine:
                        response_id: str | None = None, created: int | None = None,
                        usage: dict[str, Any] | None = None) -> dict[str, Any]:
         """A ParsedResponse -> a response body in `provider`'s format (for proxies).
-        `usage`: {input_tokens, output_tokens} for the body's usage fields."""
+        `usage`: {input_tokens, cached_tokens, output_tokens} for the body's usage fields
+        (input_tokens counts every prompt token, cached ones included)."""
         return self._providers.build_response(parsed, provider, model, response_id=response_id,
                                               created=created, usage=usage)
 
@@ -243,7 +244,9 @@ class Engine:
         return self._providers.front(provider)
 
     def response_usage(self, body: Any, provider: str) -> dict[str, Any] | None:
-        """The token counts a response body reports, as {input_tokens, output_tokens}."""
+        """The token counts an answer reports, as {input_tokens, cached_tokens,
+        output_tokens} (the ones it has; input_tokens counts cached tokens too): a
+        response body, or the list of a streamed answer's events."""
         return self._providers.response_usage(body, provider)
 
     # ------------------------------------------------------------ emulation prompts and templates (rules/emulation.yaml, templates/)

@@ -20,7 +20,9 @@ def _describe(config: object) -> list[str]:
             names = f"{names} /{r.pattern.pattern}/".strip()
         up = r.upstream
         target = f"{up.provider}:{up.model or '(client model)'}"
-        if up.base_url:
+        if up.servers:
+            target += f" at {len(up.servers)} servers ({', '.join(up.servers)})"
+        elif up.base_url:
             target += f" at {up.base_url}"
         engine = r.engine
         model_id = up.model_id or up.model

@@ -3,7 +3,7 @@
     ToolrulesError
      └── ProviderError        a model provider could not be reached or refused the call:
                               .tool_error (code RATE_LIMIT, NETWORK, TIMEOUT, AUTH ...),
-                              .status, .retry_after, .provider
+                              .status, .retry_after, .provider, .unanswered
 
 `ToolError.from_exception(exc)` returns the carried error unchanged, so a loop that maps
 any exception to a ToolError gets the provider's code and message. Messages never hold
@@ -25,12 +25,16 @@ class ProviderError(ToolrulesError):
     `[code] provider: message` (with the HTTP status when there was one)."""
 
     def __init__(self, tool_error: ToolError, *, provider: str, status: int | None = None,
-                 retry_after: float | None = None, attempts: int = 1):
+                 retry_after: float | None = None, attempts: int = 1,
+                 unanswered: bool = False):
         self.tool_error = tool_error
         self.provider = provider
         self.status = status
         self.retry_after = retry_after
         self.attempts = attempts
+        # the server never began an answer: no connection, or one closed before any byte
+        # of a reply - the request may go to another server of the same model
+        self.unanswered = unanswered
         super().__init__(self._text())
 
     def _text(self) -> str:
@@ -53,10 +57,11 @@ class ProviderError(ToolrulesError):
 
     def __reduce__(self) -> tuple[Any, ...]:
         return (_rebuild, (self.tool_error, self.provider, self.status, self.retry_after,
-                           self.attempts))
+                           self.attempts, self.unanswered))
 
 
 def _rebuild(tool_error: ToolError, provider: str, status: int | None,
-             retry_after: float | None, attempts: int) -> ProviderError:
+             retry_after: float | None, attempts: int, unanswered: bool = False
+             ) -> ProviderError:
     return ProviderError(tool_error, provider=provider, status=status, retry_after=retry_after,
-                         attempts=attempts)
+                         attempts=attempts, unanswered=unanswered)

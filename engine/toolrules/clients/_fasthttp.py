@@ -259,6 +259,9 @@ class FastClient:
             except asyncio.LimitOverrunError:
                 conn.close()
                 raise httpx.RemoteProtocolError("the answer's headers are too large") from None
+            except asyncio.CancelledError:  # the caller gave up (its own deadline)
+                conn.close()
+                raise
             break
         else:  # pragma: no cover - the loop always breaks or raises
             raise httpx.ReadError("no connection")

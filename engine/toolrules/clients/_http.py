@@ -239,26 +239,30 @@ class HttpModel:
 
     def _fail(self, message: str, *, status: int | None = None,
               code: ToolErrorCode | None = None, kind: str | None = None,
-              retry_after: float | None = None, attempts: int = 1) -> ProviderError:
+              retry_after: float | None = None, attempts: int = 1,
+              unanswered: bool = False) -> ProviderError:
         message = self._key.scrub(message)
         error = self._policy.error(message, status=status, code=code, kind=kind, tool=self.model)
         return ProviderError(error, provider=self.provider, status=status,
-                             retry_after=retry_after, attempts=attempts)
+                             retry_after=retry_after, attempts=attempts, unanswered=unanswered)
 
     def _transport_failure(self, exc: Exception, attempt: int, during: str = "") -> ProviderError:
         httpx = _import_httpx()
         name = type(exc).__name__
         detail = str(exc) or name
+        # sending the request: no connection, or one the server closed without a reply
+        unanswered = not during and isinstance(
+            exc, (httpx.ConnectError, httpx.ConnectTimeout, httpx.RemoteProtocolError))
         if isinstance(exc, httpx.TimeoutException):
             what = "connecting" if isinstance(exc, httpx.ConnectTimeout) else \
                 during or "waiting for the provider"
             return self._fail(f"timed out {what} ({name})", code=ToolErrorCode.TIMEOUT,
-                              kind=name, attempts=attempt)
+                              kind=name, attempts=attempt, unanswered=unanswered)
         if during:
             return self._fail(f"connection lost {during}: {detail}", code=ToolErrorCode.NETWORK,
                               kind=name, attempts=attempt)
         return self._fail(f"cannot reach {self._where()}: {detail}", code=ToolErrorCode.NETWORK,
-                          kind=name, attempts=attempt)
+                          kind=name, attempts=attempt, unanswered=unanswered)
 
     def _where(self) -> str:
         parts = urlsplit(self.base_url)
@@ -367,6 +371,32 @@ class HttpModel:
         if not response.is_success:
             raise self._status_failure(response.status_code, response.headers, raw, 1)[0]
         return self._http.read_models(self._json(raw, "the model list"))
+
+    async def health(self, timeout: float) -> str | None:
+        """Can the server take requests: one GET of its rule's health path (`http.health`,
+        else the model list) within `timeout` seconds. None: yes (a 2xx); else why not.
+        A rule with neither has nothing to ask: ValueError."""
+        httpx = _import_httpx()
+        url = self._http.health_url(self.base_url)
+        if url is None:
+            raise ValueError(f"provider {self.provider!r} names no health check or model "
+                             "list (`http.health`, `http.models` in its rule)")
+        headers = self._base_headers("application/json")
+        if self._signer is not None:
+            await asyncio.to_thread(self._signer.load)
+            headers = self._signer.sign("GET", url, b"", headers)
+        client = self._client()
+        try:
+            async with asyncio.timeout(timeout):
+                response = await client.send(
+                    client.build_request("GET", self._with_auth_query(url), headers=headers))
+        except TimeoutError:
+            return f"no answer within {timeout:g}s"
+        except httpx.HTTPError as exc:
+            return self._key.scrub(str(exc) or type(exc).__name__)
+        if response.is_success:
+            return None
+        return f"HTTP {response.status_code}"
 
     # ------------------------------------------------------------ the protocol
 

@@ -25,7 +25,7 @@ from ._messages import derived_id
 from ._rules import Expr, Provider
 
 __all__ = ["BlockEvents", "EventGrammar", "FieldCase", "Front", "StreamWriter", "VolatileText",
-           "compile_fields", "compile_front", "wire_call_id"]
+           "compile_fields", "compile_front", "usage_view", "wire_call_id"]
 
 _KINDS = ("text", "reasoning", "tool")
 
@@ -321,8 +321,25 @@ class Front:
         when = int(time.time()) if created is None else int(created)
         view = {"id": response_id, "model": model, "created": when,
                 "created_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(when)),
-                "usage": usage, "request": request or {}}
+                "usage": usage_view(usage), "request": request or {}}
         return StreamWriter(self.events, self.prov, view, build)
+
+
+def usage_view(usage: Mapping[str, Any] | None) -> dict[str, Any] | None:
+    """The `usage` a response's build and stream expressions see: {input_tokens (every
+    prompt token, cached ones included), cached_tokens (of those, read from the server's
+    prompt cache: present only when the upstream said), output_tokens} plus
+    `uncached_input_tokens` (input_tokens less cached_tokens: what an API that counts
+    cache reads apart, as Anthropic's does, calls its input tokens)."""
+    if usage is None:
+        return None
+    out = dict(usage)
+    total = out.get("input_tokens")
+    if isinstance(total, int):
+        cached = out.get("cached_tokens")
+        out["uncached_input_tokens"] = max(0, total - cached) if isinstance(cached, int) \
+            else total
+    return out
 
 
 def wire_call_id(prov: Provider, call_id: str | None, seed: str) -> str | None:
@@ -451,7 +468,7 @@ class StreamWriter:
         """Close the open block and the stream. `parsed`: the whole answer as streamed
         (its calls with the ids `tool_call` used)."""
         if usage is not None:
-            self._view["usage"] = usage
+            self._view["usage"] = usage_view(usage)
         events = self._close_open()
         body = self._build(parsed, self._view.get("usage")) if self._g.needs_response else None
         view = {**self._view, "finish_reason": self._prov.wire_finish(

@@ -673,8 +673,9 @@ class ProvidersPart(Part):
                        response_id: str | None = None, created: int | None = None,
                        usage: dict[str, Any] | None = None) -> dict[str, Any]:
         """A ParsedResponse -> a response body in `provider`'s format (for proxies).
-        `usage`: {input_tokens, output_tokens} for the body's usage fields."""
-        from ._front import wire_call_id
+        `usage`: {input_tokens, cached_tokens, output_tokens} for the body's usage fields
+        (`usage_view`: input_tokens counts cached tokens too)."""
+        from ._front import usage_view, wire_call_id
         from ._messages import coerce_message, derived_id
         from ._rules import prune
 
@@ -701,7 +702,7 @@ class ProvidersPart(Part):
         calls_view = calls or None  # null, not [], so `tool_calls[].{...}` writes nothing
         when = int(time.time()) if created is None else int(created)
         view: dict[str, Any] = {
-            "id": rid, "model": model, "created": when, "usage": usage,
+            "id": rid, "model": model, "created": when, "usage": usage_view(usage),
             "created_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(when)),
             "text": parsed.content or None, "reasoning": parsed.reasoning_content or None,
             "tool_calls": calls_view, "finish_reason": prov.wire_finish(finish),
@@ -765,23 +766,34 @@ class ProvidersPart(Part):
         return hit
 
     def response_usage(self, body: Any, provider: str) -> dict[str, Any] | None:
-        """The token counts a response body reports ({input_tokens, output_tokens}), when
-        the rule says where (`response.usage`) and the body has them."""
+        """The token counts an answer reports - {input_tokens (every prompt token, cached
+        ones included), cached_tokens (of those, read from the server's prompt cache),
+        output_tokens}, the ones it has - where the rule says (`response.usage` over a
+        body). `body` may also be the list of a streamed answer's events: each is read
+        with `stream.usage` (default: `response.usage`), later events' counts over
+        earlier ones (a last usage chunk, a closing event's totals)."""
         from ._rules import Expr
 
         prov = self.provider_rules(provider)
-        cache: dict[str, Expr | None] = self._cached("provider_usage", dict)
-        if prov.id not in cache:
-            src = (prov.data.get("response") or {}).get("usage")
-            cache[prov.id] = Expr(src, f"provider {prov.id} response.usage") \
+        cache: dict[tuple[str, str], Expr | None] = self._cached("provider_usage", dict)
+        kind = "stream" if isinstance(body, list) else "response"
+        key = (prov.id, kind)
+        if key not in cache:
+            src = (prov.data.get("stream") or {}).get("usage") if kind == "stream" else None
+            where = "stream.usage"
+            if not (isinstance(src, str) and src):
+                src, where = (prov.data.get("response") or {}).get("usage"), "response.usage"
+            cache[key] = Expr(src, f"provider {prov.id} {where}") \
                 if isinstance(src, str) and src else None
-        expr = cache[prov.id]
-        if expr is None or not isinstance(body, dict):
+        expr = cache[key]
+        if expr is None:
             return None
-        value = expr(body)
-        if not isinstance(value, dict):
-            return None
-        out = {k: v for k, v in value.items() if isinstance(v, int) and not isinstance(v, bool)}
+        out: dict[str, Any] = {}
+        for item in body if isinstance(body, list) else (body,):
+            value = expr(item) if isinstance(item, dict) else None
+            if isinstance(value, dict):
+                out.update((k, v) for k, v in value.items()
+                           if isinstance(v, int) and not isinstance(v, bool) and v >= 0)
         return out or None
 
 

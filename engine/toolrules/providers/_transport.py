@@ -81,6 +81,8 @@ class HttpRules:
     """GET path (from the server root) of the server's chat template (http.chat_template)."""
     template_fields: tuple[tuple[str, Expr], ...] = ()
     """(template | bos_token | eos_token | name, expression over the reply)."""
+    health_path: str | None = None
+    """GET path (from the server root) that says whether the server can take requests."""
 
     # ------------------------------------------------------------ where to
 
@@ -148,12 +150,12 @@ class HttpRules:
         """Where the server says which chat template it renders: the rule's path from the
         server root (`base` without a trailing API version such as /v1). None: the rule
         says no such place."""
-        if not self.template_path:
-            return None
-        root = re.sub(r"/v\d+(?:beta\d*|alpha\d*)?/?$", "", base.rstrip("/"))
-        path = self.template_path if self.template_path.startswith("/") \
-            else "/" + self.template_path
-        return root + path
+        return _from_root(base, self.template_path)
+
+    def health_url(self, base: str) -> str | None:
+        """Where to ask whether the server can take requests: the rule's `http.health`
+        path from the server root, else the model list; None: the rule says neither."""
+        return _from_root(base, self.health_path) or self.models_url(base)
 
     def template_reply(self, data: Any) -> dict[str, str]:
         """The template's source, bos/eos tokens and the model's name in a reply (the ones
@@ -254,6 +256,14 @@ def _merge(base: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+def _from_root(base: str, path: str | None) -> str | None:
+    """`path` from the server root: `base` without a trailing API version (/v1)."""
+    if not path:
+        return None
+    root = re.sub(r"/v\d+(?:beta\d*|alpha\d*)?/?$", "", base.rstrip("/"))
+    return root + (path if path.startswith("/") else "/" + path)
+
+
 def _safe(url: str) -> str:
     """A URL without its query string (which may carry a key)."""
     return url.split("?", 1)[0]
@@ -329,6 +339,7 @@ def compile_http(data: dict[str, Any], provider: str) -> HttpRules | None:
         placeholders=frozenset(m for t in texts for m in _PLACEHOLDER.findall(t)),
         template_path=chat.get("path") if chat.get("template") else None,
         template_fields=template_fields,
+        health_path=(http.get("health") or {}).get("path"),
     )
 
 
@@ -406,7 +417,8 @@ def _check_own(rep: Any, rf: Any, http: dict[str, Any]) -> None:
         rep.error(rf, ("http", "base_url"), f"base_url {base!r} is not an http(s) URL",
                   "http-base-url")
     for key, value in (("path", http.get("path")),
-                       ("models.path", (http.get("models") or {}).get("path"))):
+                       ("models.path", (http.get("models") or {}).get("path")),
+                       ("health.path", (http.get("health") or {}).get("path"))):
         if isinstance(value, str) and value and not value.startswith("/"):
             rep.error(rf, ("http", *key.split(".")), f"{key} {value!r} must start with '/'",
                       "http-path")

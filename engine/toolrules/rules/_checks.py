@@ -212,6 +212,9 @@ LINT_CHECKS: tuple[LintCheck, ...] = (
         ("serve-reserved", "`request_overrides` sets a reserved field (ignored)."),
         ("serve-constrained", "A route asks for constrained decoding from a provider that "
                               "takes no constraint."),
+        ("serve-servers", "A route's several `servers`: not http(s) URLs, listed twice, beside "
+                          "`base_url`, `slots` the provider cannot pin, or settings that need "
+                          "several servers given for one."),
     ),
 )
 

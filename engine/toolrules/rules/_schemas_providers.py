@@ -224,6 +224,13 @@ _HTTP = _section("how a client reaches the provider over HTTP (toolrules.connect
             "name": _expr("over the reply: the served model's name or file",
                           "name: model_alias"),
         }, "chat_template: {path: /props, template: chat_template}"),
+    "health": _section(
+        "a cheap GET that says whether the server can take requests (2xx: yes) - a proxy "
+        "route with several `servers` checks each one this way; without it, the model "
+        "list (http.models) is asked instead", {
+            "path": _str("a GET path from the server root: the base URL without a trailing "
+                         "API version (/v1)", "path: /health", required=True),
+        }, "health: {path: /health}"),
     "stream": _section("asking for a stream and reading its frames", {
         "body": {"type": "dict", **_doc("merged into the request body to ask for a stream",
                                         "body: {stream: true}")},
@@ -351,8 +358,10 @@ _SERVE = _section("how a proxy serves this API to its clients (toolrules serve):
                          "codes: {401: invalid_api_key}")},
     }),
     "events": _section("the stream's event grammar (server-sent events); every expression "
-                       "sees the stream view {id, model, created, created_at, usage} and "
-                       "what the event is about", {
+                       "sees the stream view {id, model, created, created_at, usage (as "
+                       "in response.build: an estimate at the start, the upstream's own "
+                       "figures by the finish when it reported them)} and what the event is "
+                       "about", {
         "name": _expr("over an event: its `event:` line (omit: data lines only)",
                       "name: type"),
         "sequence": _str("a field numbering every event from 0", "sequence: sequence_number"),
@@ -400,6 +409,10 @@ PROVIDER_SCHEMA: dict[str, Any] = {
                                 "renders the model's template passes to it (capability "
                                 "turn_template_kwargs is written there)",
                                 "template_kwargs: chat_template_kwargs"),
+        "slot": _str("the body field that pins a request to one of the server's parallel "
+                     "slots, each with its own KV cache (llama-server's id_slot): a proxy "
+                     "route with `slots: N` sends each conversation to one slot, chosen "
+                     "from its leading content", "slot: id_slot"),
     }),
     "system": _section("where system prompts go", {
         "placement": _str("message (in the message list) or field (a body field)",
@@ -507,11 +520,18 @@ PROVIDER_SCHEMA: dict[str, Any] = {
                                 "text of some common shape. Omitted: that content is text",
                                 "unknown_dialect: auto"),
         "build": _expr("build_response: the body; view: {id, model, created, message, messages, "
-                       "text, reasoning, tool_calls, finish_reason, usage: {input_tokens, "
+                       "text, reasoning, tool_calls, finish_reason, usage: {input_tokens "
+                       "(every prompt token, cached ones included), cached_tokens (of "
+                       "those, read from the server's prompt cache; only when the upstream "
+                       "said), uncached_input_tokens (input_tokens less cached_tokens), "
                        "output_tokens} or null}"),
         "usage": _expr("over a response body: the token counts it reports, as "
-                       "{input_tokens, output_tokens}",
-                       "usage: \"usage && {input_tokens: usage.prompt_tokens}\""),
+                       "{input_tokens (every prompt token, cached ones included), "
+                       "cached_tokens (of those, read from the server's prompt cache), "
+                       "output_tokens}; a field the body lacks is null. A proxy returns "
+                       "these real figures instead of its estimates",
+                       "usage: \"usage && {input_tokens: usage.prompt_tokens, cached_tokens: "
+                       "usage.prompt_tokens_details.cached_tokens}\""),
         "message": _expr("build_response: the assistant message(s), when they differ from "
                          "messages.assistant"),
         "id_prefix": _str("prefix of generated response ids", "id_prefix: chatcmpl-"),
@@ -523,6 +543,11 @@ PROVIDER_SCHEMA: dict[str, Any] = {
                    **_doc("event rules, tried in order; the first whose `when` holds applies")},
         "sequential_calls": _bool("a call is complete when the next one starts (the stream "
                                   "has no end-of-call event)"),
+        "usage": _expr("over one stream event: the token counts it reports, in the shape "
+                       "of `response.usage` (default: `response.usage` itself); a later "
+                       "event's counts replace an earlier one's, field by field (a last "
+                       "usage chunk, a closing event's totals)",
+                       "usage: \"message.usage || usage\""),
     }),
     "http": _HTTP,
     "serve": _SERVE,

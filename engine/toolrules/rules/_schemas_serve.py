@@ -49,6 +49,31 @@ _UPSTREAM = _section("where the route's requests go", {
     "max_retries": _int("retries of transient upstream failures (429, 5xx, lost "
                         "connections) before the client sees an error", "max_retries: 1",
                         nullable=True),
+    "servers": {"type": "list", "nullable": True, "minlength": 1,
+                "schema": {"type": "string", "empty": False}, **_doc(
+        "several servers of the same model (base URLs), instead of `base_url`: each "
+        "conversation goes to the server that holds its prefix in its cache (rendezvous "
+        "hashing of its leading content), a new one to a server that is not busy, and a "
+        "server that is down is skipped before any byte reaches the client "
+        "(guides/upstream-fleet)",
+        "servers: [http://10.0.0.5:8080/v1, http://10.0.0.6:8080/v1]")},
+    "health": _section("checking each of several `servers` (the provider rule's "
+                       "http.health path, else its model list): a server that fails is "
+                       "skipped until it passes again", {
+        "interval": _num("seconds between two checks of each server (at least 0.5)",
+                         "interval: 5", min=0.5),
+        "timeout": _num("seconds a check may take; longer is a failure (at least 0.1)",
+                        "timeout: 2", min=0.1),
+    }, "health: {interval: 5, timeout: 2}"),
+    "balance_factor": _num("a new conversation goes to the first server of its own order "
+                           "that carries at most this many times the fair share of the "
+                           "requests in flight (1: never above it; larger: more new "
+                           "conversations start where their later turns will go; "
+                           "default 1.25)", "balance_factor: 1.5", nullable=True, min=1),
+    "slots": _int("pin each conversation to one of this many parallel slots of its server "
+                  "(llama-server --parallel N), through the field the provider rule names "
+                  "(request.slot: id_slot); default: the server chooses", "slots: 4", 1,
+                  nullable=True),
     "chat_template": _str("server (default): where the provider rule says how to ask "
                           "(http.chat_template, e.g. llama-server's GET /props), the server's "
                           "chat template is asked for at start and configures the route (turn "

@@ -121,6 +121,7 @@ def check_config(rs: RuleSet, rep: Any, rf: RuleFile, data: dict[str, Any]) -> N
             if not (prov.get("http") or {}).get("path"):
                 rep.error(rf, (*here, "upstream", "provider"), f"provider {rid!r} has no "
                           "`http` section: the proxy cannot reach it", "serve-upstream")
+        _check_servers(rep, rf, (*here, "upstream"), upstream, rid, prov)
         tools = route.get("tools") or {}
         if tools.get("constrained") and rid is not None and not prov.get("constrained"):
             rep.error(rf, (*here, "tools", "constrained"), f"provider {rid!r} takes no "
@@ -144,6 +145,48 @@ def check_config(rs: RuleSet, rep: Any, rf: RuleFile, data: dict[str, Any]) -> N
             if key in reserved:
                 rep.warning(rf, (*here, "request_overrides", key), f"{key!r} is reserved in "
                             f"{rid} requests: the override is ignored", "serve-reserved")
+
+
+def _check_servers(rep: Any, rf: RuleFile, where: tuple[Any, ...], upstream: dict[str, Any],
+                   rid: str | None, prov: dict[str, Any]) -> None:
+    """A route's several servers: URLs, no base_url beside them, what the provider rule
+    can check and pin."""
+    import re
+
+    servers = upstream.get("servers") or []
+    if servers and upstream.get("base_url"):
+        rep.error(rf, (*where, "base_url"), "give either `base_url` (one server) or "
+                  "`servers` (several), not both", "serve-servers")
+    seen: dict[str, int] = {}
+    for j, url in enumerate(servers):
+        if not isinstance(url, str):
+            continue
+        if not re.match(r"^https?://[^/\s]+", url):
+            rep.error(rf, (*where, "servers", j), f"server {url!r} is not an http(s) URL "
+                      "(a base URL such as http://10.0.0.5:8080/v1)", "serve-servers")
+        key = url.rstrip("/")
+        if key in seen:
+            rep.error(rf, (*where, "servers", j), f"server {url!r} is listed twice (first "
+                      f"as servers[{seen[key]}])", "serve-servers")
+        seen.setdefault(key, j)
+    several = len(seen) > 1
+    for field in ("health", "balance_factor"):
+        if upstream.get(field) is not None and not several:
+            rep.warning(rf, (*where, field), f"`{field}` only matters for several `servers`: "
+                        "with one server there is nowhere else to go", "serve-servers")
+    if rid is None:
+        return
+    http = prov.get("http") or {}
+    if several and not (http.get("health") or {}).get("path") and \
+            not (http.get("models") or {}).get("path"):
+        rep.warning(rf, (*where, "servers"), f"provider {rid!r} names no health check "
+                    "(http.health) or model list (http.models): a server that went down is "
+                    "tried again every health interval, on a real request",
+                    "serve-servers")
+    if upstream.get("slots") is not None and not (prov.get("request") or {}).get("slot"):
+        rep.error(rf, (*where, "slots"), f"provider {rid!r} names no slot field "
+                  "(request.slot in its rule): its servers cannot be told which slot to "
+                  "use", "serve-servers")
 
 
 def check_rules(rs: RuleSet, rep: Any, failed: set[tuple[str, str]]) -> None:

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import copy
 import hmac
 import json
 import logging
@@ -33,6 +32,7 @@ from ..clients._errors import ProviderError
 from ..dialects._parser import parse_deadline
 from ._config import Route, ServeConfig
 from ._exchange import Exchange, estimate_tokens, options_for, safe_error, unwritable_options
+from ._fleet import UpstreamState
 
 __all__ = ["ServeApp", "create_app"]
 
@@ -45,6 +45,9 @@ log = logging.getLogger("toolrules.serve")
 _BY_CODE = {ToolErrorCode.TIMEOUT: 504, ToolErrorCode.NETWORK: 502, ToolErrorCode.AUTH: 502,
             ToolErrorCode.RATE_LIMIT: 429}
 _KEPT = {400, 404, 408, 409, 413, 422, 429, 503, 529}
+# the upstream's token counts -> access-log keys
+_USAGE_LOG = (("input_tokens", "prompt_tokens"), ("cached_tokens", "cached_tokens"),
+              ("output_tokens", "completion_tokens"))
 
 
 class _Reject(Exception):
@@ -90,37 +93,28 @@ def _record_late(trace: Any, exc: ParseTimeoutError) -> None:
 
 
 class _Upstreams:
-    """One HTTP client per route (its connection pool shared by all requests); each
-    request gets its own view of it (model names, last response)."""
+    """The servers of every route (`_fleet.Fleet`: one HTTP client each, its connection
+    pool shared by all requests); each request gets its own view (model names, last
+    response, the server that answered)."""
 
     def __init__(self, config: ServeConfig):
-        from ..clients._http import HttpModel
+        from ._fleet import Fleet
 
-        self._clients: dict[int, Any] = {}
+        self._fleets: dict[int, Fleet] = {r.index: Fleet.for_route(r) for r in config.routes}
         # the upstream's model list per route (pass-through routes): (monotonic time, list)
         self._models: dict[int, tuple[float, list[dict[str, Any]]]] = {}
         self._models_lock: dict[int, asyncio.Lock] = {}
-        for route in config.routes:
-            up = route.upstream
-            key = os.environ.get(up.api_key_env) if up.api_key_env else None
-            self._clients[route.index] = HttpModel(
-                up.provider, up.model or "", base_url=up.base_url, api_key=key,
-                timeout=up.timeout, connect_timeout=up.connect_timeout,
-                max_retries=up.max_retries, request_overrides=route.request_overrides or None,
-                engine=route.engine, fast=True,
-                # pointed at another address, a provider's default key variable stays home
-                env_key=bool(up.api_key_env) or not up.base_url)
 
     def client(self, route: Route, requested: str) -> Any:
-        view = copy.copy(self._clients[route.index])
-        view.model = route.upstream_model(requested)
-        view.as_model = route.model_id(requested)
-        view.last_response = None
-        view.last_rewrites = ()
-        return view
+        return self._fleets[route.index].view(route.upstream_model(requested),
+                                              route.model_id(requested))
 
     def provider(self, route: Route) -> Any:
-        return self._clients[route.index]
+        return self._fleets[route.index].first()
+
+    def states(self) -> list[UpstreamState]:
+        """Every server of every route: health and requests in flight in this worker."""
+        return [s for fleet in self._fleets.values() for s in fleet.states()]
 
     async def models(self, route: Route, cache: float, timeout: float) -> list[dict[str, Any]]:
         """What the route's upstream lists (`http.models` of its provider rule), asked at
@@ -133,14 +127,13 @@ class _Upstreams:
             hit = self._models.get(route.index)
             if hit is not None and time.monotonic() - hit[0] < cache:
                 return hit[1]
-            found = await self._clients[route.index].list_models(timeout=timeout)
+            found = await self.provider(route).list_models(timeout=timeout)
             self._models[route.index] = (time.monotonic(), found)
             return found
 
     async def aclose(self) -> None:
-        for c in self._clients.values():
-            with contextlib.suppress(Exception):
-                await c.aclose()
+        for fleet in self._fleets.values():
+            await fleet.aclose()
 
 
 class ServeApp:
@@ -289,7 +282,8 @@ class ServeApp:
             finally:
                 if trace is not None:
                     trace.close()
-            usage = ex.outcome.usage or self._usage(body, parsed)
+            # the upstream's own counts where it reported them, else estimates
+            usage = {**self._usage(body, parsed), **(ex.outcome.usage or {})}
             out = self.engine.build_response(parsed, front.provider, model=requested,
                                              usage=usage)
             self._outcome(info, ex)
@@ -334,6 +328,12 @@ class ServeApp:
             info["invalid"] = o.invalid
         if o.rewrites:  # what was moved to fit the model's chat template, and why
             info["rewrites"] = o.rewrites
+        server = getattr(ex.client, "server", None)
+        if server is not None and len(ex.route.upstream.servers) > 1:
+            info["server"] = server  # which of the route's servers answered
+        for key, name in _USAGE_LOG:  # what the upstream reported, not estimates
+            if o.usage and key in o.usage:
+                info[name] = o.usage[key]
 
     def _usage(self, body: Mapping[str, Any], parsed: ParsedResponse | None) -> dict[str, int]:
         cpt = self.config.server.chars_per_token
@@ -437,8 +437,7 @@ class ServeApp:
                 elif kind == "call":
                     yield writer.tool_call(value)
                 elif kind == "done":
-                    usage = {"input_tokens": self._input_tokens(body),
-                             "output_tokens": self._usage(body, value).get("output_tokens", 0)}
+                    usage = {**self._usage(body, value), **(ex.outcome.usage or {})}
                     yield writer.finish(value, usage)
         except ProviderError as exc:
             failure = upstream_failure(exc)

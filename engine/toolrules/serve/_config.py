@@ -38,6 +38,18 @@ class Upstream:
     timeout: float | None = None
     connect_timeout: float | None = None
     max_retries: int | None = None
+    servers: tuple[str, ...] = ()
+    """Several servers of the same model (base URLs); empty: the one at `base_url`."""
+    health_interval: float = 5.0
+    """Seconds between two health checks of each of several servers."""
+    health_timeout: float = 2.0
+    """Seconds a health check may take."""
+    balance_factor: float = 1.25
+    """A new conversation's server may carry at most this many times the fair share of
+    the requests in flight."""
+    slots: int | None = None
+    """Pin each conversation to one of this many slots of its server (the provider rule
+    names the field: request.slot)."""
 
 
 @dataclass(frozen=True)
@@ -215,15 +227,24 @@ def _route(index: int, data: dict[str, Any], server: ServerSettings) -> Route:
     up = data.get("upstream") or {}
     tools = data.get("tools") or {}
     pattern = data.get("pattern")
+    servers = tuple(str(u).rstrip("/") for u in up.get("servers") or ())
+    health = up.get("health") or {}
     return Route(
         index=index, name=data.get("model"),
         pattern=re.compile(pattern) if isinstance(pattern, str) else None,
         upstream=Upstream(
             provider=str(up["provider"]), model=up.get("model"), model_id=up.get("model_id"),
-            base_url=up.get("base_url"), api_key_env=up.get("api_key_env"),
+            # a fleet's first server answers what is asked once (its chat template)
+            base_url=up.get("base_url") or (servers[0] if servers else None),
+            api_key_env=up.get("api_key_env"),
             timeout=up.get("timeout", server.timeout),
             connect_timeout=up.get("connect_timeout", server.connect_timeout),
-            max_retries=up.get("max_retries", server.max_retries)),
+            max_retries=up.get("max_retries", server.max_retries),
+            servers=servers if len(servers) > 1 else (),
+            health_interval=float(health.get("interval", Upstream.health_interval)),
+            health_timeout=float(health.get("timeout", Upstream.health_timeout)),
+            balance_factor=float(up.get("balance_factor") or Upstream.balance_factor),
+            slots=up.get("slots")),
         tools=RouteTools(
             mode=tools.get("mode") or "auto", emulation_style=tools.get("emulation_style"),
             schema_strategy=tools.get("schema_strategy"),
@@ -259,8 +280,16 @@ def ask_template(engine: Any, route: Route, ask: str | None) -> RouteTemplate | 
         return None
     try:
         key = os.environ.get(up.api_key_env) if up.api_key_env else None
-        served = fetch_server_template(engine, up.provider, up.base_url, api_key=key,
-                                       timeout=min(float(up.connect_timeout or 5.0), 5.0))
+        # several servers of one model render one template: the first that says
+        for i, url in enumerate(up.servers or (up.base_url,)):
+            try:
+                served = fetch_server_template(
+                    engine, up.provider, url, api_key=key,
+                    timeout=min(float(up.connect_timeout or 5.0), 5.0))
+                break
+            except TemplateUnavailable:
+                if i + 1 == len(up.servers or (up.base_url,)):
+                    raise
         report = engine.inspect_template(served.text, bos_token=served.bos_token,
                                          eos_token=served.eos_token, origin=served.origin)
     except TemplateUnavailable as exc:
@@ -348,7 +377,8 @@ def load_config(engine: Any, path: str | os.PathLike[str] | None = None, *,
             route_data[-1]["model"] = model
     elif base_url:
         route_data = [{**r, "upstream": {**(r.get("upstream") or {}), "base_url": base_url}}
-                      if not (r.get("upstream") or {}).get("base_url") else r
+                      if not (r.get("upstream") or {}).get("base_url")
+                      and not (r.get("upstream") or {}).get("servers") else r
                       for r in route_data]
     routes = []
     for i, rd in enumerate(route_data):

@@ -175,6 +175,15 @@ class Exchange:
                         "response": parsed, "streamed": streamed,
                         "ms": round((time.perf_counter() - started) * 1000.0, 3)})
 
+    def _count(self, parsed: ParsedResponse) -> None:
+        """The token counts the upstream reported for this attempt (its body, or its
+        stream's events), added to the earlier attempts' (a retry is paid for too)."""
+        found = self.engine.response_usage(parsed.raw, self.client.provider)
+        if not found:
+            return
+        total = self.outcome.usage or {}
+        self.outcome.usage = {**total, **{k: total.get(k, 0) + v for k, v in found.items()}}
+
     def _retry_notice(self, attempt: int) -> None:
         if self.trace is not None:
             self.trace.add({"type": "notice", "round": attempt, "notice": "validation_retry",
@@ -204,7 +213,7 @@ class Exchange:
                                                 **self._request_options())
             self._turn(attempt, msgs, parsed, started, False)
             self.outcome.attempts = attempt
-            self.outcome.usage = self.engine.response_usage(parsed.raw, self.client.provider)
+            self._count(parsed)
             content = content or parsed.content
             reasoning = reasoning or parsed.reasoning_content
             calls = self._final_calls(parsed, taken)
@@ -239,6 +248,7 @@ class Exchange:
                     sent_reasoning.append(chunk.content)
                     yield "reasoning", chunk.content
             parsed = client.last_response or ParsedResponse()
+            self._count(parsed)
             self._turn(attempt, msgs, parsed, started, True)
             self.outcome.attempts = attempt
             calls = self._final_calls(parsed, taken)

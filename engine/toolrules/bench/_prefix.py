@@ -38,7 +38,8 @@ from typing import Any
 
 # The one place this section reaches the chat-template renderer (it moves with the
 # chat-template subpackage).
-from ..chat_template._render import TemplateRaised, compile_chat_template, render_chat_template
+from ..chat_template._prefix import around, common_prefix
+from ..chat_template._render import TemplateRaised, compile_chat_template, render_request
 from ._sessions import Request, Session, bench_sessions, bench_templates, load_session
 
 __all__ = [
@@ -66,50 +67,13 @@ CONTEXT = 30  # characters each side of a first difference (60 around it)
 # ---------------------------------------------------------------- rendering as a server does
 
 def render_like_server(template: Any, body: Mapping[str, Any]) -> str:
-    """The prompt llama-server (--jinja) or vLLM renders for a chat-completions body:
-    the messages as sent (call arguments decoded to objects), the tools as sent, each
-    `chat_template_kwargs` entry as a template variable, the generation prompt."""
-    messages = []
-    for m in body.get("messages") or []:
-        m = dict(m)
-        if m.get("tool_calls"):
-            calls = []
-            for c in m["tool_calls"]:
-                fn = dict(c.get("function") or {})
-                if isinstance(fn.get("arguments"), str):
-                    with contextlib.suppress(ValueError):
-                        fn["arguments"] = json.loads(fn["arguments"])
-                calls.append({**c, "function": fn})
-            m["tool_calls"] = calls
-        messages.append(m)
-    kwargs = body.get("chat_template_kwargs")
-    context: dict[str, Any] = dict(kwargs) if isinstance(kwargs, dict) else {}
-    context.update(messages=messages, tools=body.get("tools") or None,
-                   add_generation_prompt=body.get("add_generation_prompt", True),
-                   bos_token=BOS, eos_token=EOS)
-    return render_chat_template(template, context)
-
-
-def common_prefix(a: Sequence[Any], b: Sequence[Any]) -> int:
-    """The length of the longest common prefix of two strings or token lists."""
-    n = min(len(a), len(b))
-    if isinstance(a, str) and isinstance(b, str):
-        lo, hi = 0, n  # bisect on slices: fast for long prompts that mostly agree
-        while lo < hi:
-            mid = (lo + hi + 1) // 2
-            if a[:mid] == b[:mid]:
-                lo = mid
-            else:
-                hi = mid - 1
-        return lo
-    i = 0
-    while i < n and a[i] == b[i]:
-        i += 1
-    return i
+    """The prompt llama-server (--jinja) or vLLM renders for a chat-completions body, with
+    the bench's bos/eos tokens (chat_template.render_request)."""
+    return render_request(template, body, bos_token=BOS, eos_token=EOS)
 
 
 def _snippet(text: str, at: int) -> str:
-    return json.dumps(text[max(0, at - CONTEXT):at + CONTEXT], ensure_ascii=False)
+    return around(text, at, CONTEXT)
 
 
 class TemplateUpstream:

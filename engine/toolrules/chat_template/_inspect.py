@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .._errors import ParseError, ToolrulesError
+from ._prefix import common_prefix
 from ._render import (
     TemplateRaised,
     compile_chat_template,
@@ -324,14 +325,6 @@ class _Renderer:
             return None, exc
 
 
-def _common(a: str, b: str) -> int:
-    n = min(len(a), len(b))
-    i = 0
-    while i < n and a[i] == b[i]:
-        i += 1
-    return i
-
-
 class _Prober:
     def __init__(self, r: _Renderer, as_text: bool):
         self.r = r
@@ -517,7 +510,7 @@ def _segment(text: str, p_gen: str, p_nogen: str, tail: str) -> tuple[str, str]:
     """The assistant turn's own text in `text` (after where it leaves the generation
     prompt, without the end-of-turn `tail`), and the part of the generation prompt the
     model would have seen before it."""
-    at = _common(text, p_gen)
+    at = common_prefix(text, p_gen)
     # diverging inside the generation prompt: step back to a whole marker (the turn
     # may share a marker's first character with what the prompt writes there)
     while len(p_nogen) < at < len(p_gen) and not text[at - 1].isspace() \
@@ -691,12 +684,12 @@ def _reasoning(engine: Any, r: _Renderer, variables: Sequence[str], p_gen: str, 
         if not text or _T1 not in text or _A1 not in text:
             continue
         field = name
-        at = _common(text, p_nogen)
+        at = common_prefix(text, p_nogen)
         full = text[at:]
         i = full.find(_T1)
         j = full.find(_A1, i)
         before = full[:i]
-        before = before[_common(before, gen_prompt):] if gen_prompt else before
+        before = before[common_prefix(before, gen_prompt):] if gen_prompt else before
         lines = [ln for ln in before.strip().splitlines() if ln.strip()]
         open_ = lines[-1].strip() if lines else (gen_prompt.strip().splitlines() or [""])[-1]
         close = full[i + len(_T1):j].strip() if j > i else None
@@ -736,7 +729,7 @@ def _gen_prompt(r: _Renderer, tools: bool = True, **extra: Any) -> str | None:
     off, _ = r.render([_m("user", _U1)], gen=False, tools=tools, **extra)
     if on is None or off is None:
         return None
-    return on[len(off):] if on.startswith(off) else on[_common(on, off):]
+    return on[len(off):] if on.startswith(off) else on[common_prefix(on, off):]
 
 
 # ---------------------------------------------------------------- tool results
@@ -781,10 +774,6 @@ def _tool_result_text(r: _Renderer, pr: _Prober, gen_prompt: str,
 
 _AROUND = 30  # characters shown on each side of a first difference
 _TOOL_PROMPT = "zqxtoolprompt"  # stands for tool definitions written into the system text
-
-
-def _around(text: str, at: int) -> str:
-    return text[max(0, at - _AROUND):at + _AROUND]
 
 
 def _stages(as_text: bool, *, tools_in_system: bool = False
@@ -850,7 +839,7 @@ def _prefix_checks(r: _Renderer, as_text: bool, variables: Sequence[str],
             out.append(PrefixCheck(name, question, None, message=got))
             continue
         a, b = got
-        at = _common(a, b)
+        at = common_prefix(a, b)
         if at == len(a):
             out.append(PrefixCheck(name, question, 1.0))
             continue
@@ -871,8 +860,8 @@ def _prefix_checks(r: _Renderer, as_text: bool, variables: Sequence[str],
             again = _extends(r, staged[k], staged[k + 1], tools=False)
             if not isinstance(again, str) and again[1].startswith(again[0]):
                 fix = "turn_tools: system"
-        out.append(PrefixCheck(name, question, at / len(a) if a else 1.0, at, _around(a, at),
-                               _around(b, at), moved, fix))
+        out.append(PrefixCheck(name, question, at / len(a) if a else 1.0, at, a[max(0, at - _AROUND):at + _AROUND],
+                               b[max(0, at - _AROUND):at + _AROUND], moved, fix))
     return tuple(out)
 
 

@@ -16,7 +16,7 @@ from typing import Any
 from .._errors import CapabilityError
 
 __all__ = ["TemplateRaised", "compile_chat_template", "render_chat_template",
-           "template_environment"]
+           "render_request", "template_environment"]
 
 
 class TemplateRaised(CapabilityError):
@@ -111,3 +111,33 @@ def render_chat_template(source: Any, context: Mapping[str, Any]) -> str:
     except (TemplateError, TypeError, ValueError, KeyError, AttributeError, IndexError,
             ArithmeticError, RecursionError) as exc:  # what a template's own logic trips over
         raise TemplateRaised(f"{type(exc).__name__}: {exc}", raised=False) from None
+
+
+def render_request(template: Any, body: Mapping[str, Any], *, bos_token: str = "",
+                   eos_token: str = "") -> str:
+    """The prompt llama-server (--jinja) or vLLM renders for a chat-completions `body`:
+    its messages as sent (call arguments decoded to objects, as those servers pass them),
+    its tools, each `chat_template_kwargs` entry as a template variable, the generation
+    prompt unless the body says otherwise."""
+    import contextlib
+    import json
+
+    messages = []
+    for m in body.get("messages") or []:
+        m = dict(m)
+        if m.get("tool_calls"):
+            calls = []
+            for c in m["tool_calls"]:
+                fn = dict(c.get("function") or {})
+                if isinstance(fn.get("arguments"), str):
+                    with contextlib.suppress(ValueError):
+                        fn["arguments"] = json.loads(fn["arguments"])
+                calls.append({**c, "function": fn})
+            m["tool_calls"] = calls
+        messages.append(m)
+    kwargs = body.get("chat_template_kwargs")
+    context: dict[str, Any] = dict(kwargs) if isinstance(kwargs, dict) else {}
+    context.update(messages=messages, tools=body.get("tools") or None,
+                   add_generation_prompt=body.get("add_generation_prompt", True),
+                   bos_token=bos_token, eos_token=eos_token)
+    return render_chat_template(template, context)

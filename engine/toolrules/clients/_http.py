@@ -165,6 +165,8 @@ class HttpModel:
         self.last_response: ParsedResponse | None = None
         # what the last request changed to fit the model's chat template (TurnRewrite)
         self.last_rewrites: tuple[Any, ...] = ()
+        # the body of the last request as built (before the http rule's stream fields)
+        self.last_body: dict[str, Any] | None = None
 
     def __repr__(self) -> str:
         parts = urlsplit(self.base_url)
@@ -187,6 +189,7 @@ class HttpModel:
                                          tool_choice=tool_choice, rewrites=rewrites,
                                          request_overrides=overrides or None, **opts)
         self.last_rewrites = tuple(rewrites)
+        self.last_body = body
         if self.as_model != self.model and self._model_path:
             set_path(body, self._model_path, self.model)
         body = self._http.http_body(body, stream)

@@ -141,6 +141,10 @@ _SERVER = _section("server limits and behaviour", {
     "models_timeout": _num("seconds to wait for an upstream's model list; past it (or on any "
                            "failure) the configured names are listed and the reason logged",
                            "models_timeout: 5"),
+    "prefix_memory": _num("megabytes of text each worker keeps to compare every turn's prompt "
+                          "with its conversation's last one (access log `prefix_share`; a "
+                          "log line on the turn that breaks it); least recently used "
+                          "conversations go first; 0: not measured", "prefix_memory: 64"),
 })
 
 SERVE_SCHEMA: dict[str, Any] = {

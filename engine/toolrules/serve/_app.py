@@ -31,8 +31,9 @@ from ..calls._tool_errors import ToolErrorCode
 from ..clients._errors import ProviderError
 from ..dialects._parser import parse_deadline
 from ._config import Route, ServeConfig
+from ._conversations import Conversations, prompt_image
 from ._exchange import Exchange, estimate_tokens, options_for, safe_error, unwritable_options
-from ._fleet import UpstreamState
+from ._fleet import UpstreamState, affinity_key
 
 __all__ = ["ServeApp", "create_app"]
 
@@ -148,6 +149,8 @@ class ServeApp:
         self.trace_dir = Path(trace_dir) if trace_dir else None
         self.upstreams = _Upstreams(config)
         self.started = time.time()
+        self.conversations = Conversations(int(config.server.prefix_memory * (1 << 20)))
+        self._templates: dict[int, Any] = {}  # route index -> its compiled chat template
 
     # ------------------------------------------------------------ helpers
 
@@ -331,9 +334,39 @@ class ServeApp:
         server = getattr(ex.client, "server", None)
         if server is not None and len(ex.route.upstream.servers) > 1:
             info["server"] = server  # which of the route's servers answered
+        self._prefix(info, ex)
         for key, name in _USAGE_LOG:  # what the upstream reported, not estimates
             if o.usage and key in o.usage:
                 info[name] = o.usage[key]
+
+    def _prefix(self, info: dict[str, Any], ex: Exchange) -> None:
+        """The share of the conversation's last prompt this one kept (what the server's
+        cache reuses), in the access log; a turn that breaks it is logged once."""
+        body = ex.outcome.body
+        if body is None or self.conversations.max_chars <= 0:
+            return
+        key = affinity_key(ex.messages)
+        if key is None:
+            return
+        rules = self.engine.provider_rules(ex.client.provider)
+        tmpl = ex.route.template
+        compiled = None
+        if rules.renders_template and tmpl is not None and tmpl.source:
+            compiled = self._templates.get(ex.route.index)
+            if compiled is None:
+                from ..chat_template._render import TemplateRaised, compile_chat_template
+
+                try:
+                    compiled = compile_chat_template(tmpl.source)
+                except TemplateRaised:
+                    compiled = False
+                self._templates[ex.route.index] = compiled
+        image = prompt_image(body, rules.messages_path, rules.tools_path, compiled or None,
+                             tmpl.bos_token if tmpl else "", tmpl.eos_token if tmpl else "")
+        seen = self.conversations.observe(key, image, ex.messages, ex.outcome.rewrites)
+        info["conversation"] = seen.conversation
+        if seen.share is not None:
+            info["prefix_share"] = round(seen.share, 4)
 
     def _usage(self, body: Mapping[str, Any], parsed: ParsedResponse | None) -> dict[str, int]:
         cpt = self.config.server.chars_per_token

@@ -77,6 +77,10 @@ class RouteTemplate:
     """The served model's name or file, as the server said."""
     reason: str | None = None
     """Why the rules' configuration was kept (None: the template configured the route)."""
+    source: str | None = field(default=None, repr=False, compare=False)
+    """The template itself (what the proxy renders to see the prompts the server sees)."""
+    bos_token: str = field(default="", repr=False, compare=False)
+    eos_token: str = field(default="", repr=False, compare=False)
 
     def describe(self) -> str:
         if self.reason is not None:
@@ -164,6 +168,7 @@ class ServerSettings:
     parse_timeout: float = 5.0
     models_cache: float = 30.0
     models_timeout: float = 5.0
+    prefix_memory: float = 64.0
 
 
 @dataclass(frozen=True)
@@ -304,7 +309,9 @@ def ask_template(engine: Any, route: Route, ask: str | None) -> RouteTemplate | 
         log.warning("%s: the upstream's chat template is not used, the rules decide: %s",
                     where, exc)
         return RouteTemplate(None, reason=str(exc))
-    derived = RouteTemplate(served.origin, report.capability, report.sha256, served.name)
+    derived = RouteTemplate(served.origin, report.capability, report.sha256, served.name,
+                            source=served.text, bos_token=served.bos_token,
+                            eos_token=served.eos_token)
     log.info("%s: %s", where, derived.describe())
     return derived
 
@@ -365,7 +372,8 @@ def load_config(engine: Any, path: str | os.PathLike[str] | None = None, *,
         builtin_tools=str(srv.get("builtin_tools") or ServerSettings.builtin_tools),
         parse_timeout=float(srv.get("parse_timeout", ServerSettings.parse_timeout)),
         models_cache=float(srv.get("models_cache", ServerSettings.models_cache)),
-        models_timeout=float(srv.get("models_timeout", ServerSettings.models_timeout)))
+        models_timeout=float(srv.get("models_timeout", ServerSettings.models_timeout)),
+        prefix_memory=float(srv.get("prefix_memory", ServerSettings.prefix_memory)))
     route_data = [r for r in data.get("routes") or () if isinstance(r, dict)]
     if upstream:
         provider, _sep, model = upstream.partition(":")

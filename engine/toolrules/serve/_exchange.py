@@ -44,6 +44,9 @@ class Outcome:
     usage: dict[str, Any] | None = None
     warnings: list[str] = field(default_factory=list)
     rewrites: list[dict[str, Any]] = field(default_factory=list)
+    body: dict[str, Any] | None = None
+    """The first request body sent upstream (the conversation's prompt, before any
+    validation retry added to it)."""
 
 
 def _call_id(n: int | None = None) -> str:
@@ -165,6 +168,8 @@ class Exchange:
         rewrites = [*self.pre_rewrites,
                     *(r.as_dict() for r in getattr(self.client, "last_rewrites", ()))]
         self.outcome.rewrites = rewrites
+        if attempt == 1:
+            self.outcome.body = getattr(self.client, "last_body", None)
         if self.trace is None:
             return
         self.trace.add({"type": "turn", "round": attempt,

@@ -262,6 +262,7 @@ class FleetView:
         self.as_model = as_model
         self.last_response: ParsedResponse | None = None
         self.last_rewrites: tuple[Any, ...] = ()
+        self.last_body: dict[str, Any] | None = None
         self.server: str | None = None
 
     def _client(self, server: _Server) -> Any:
@@ -270,6 +271,7 @@ class FleetView:
         view.as_model = self.as_model
         view.last_response = None
         view.last_rewrites = ()
+        view.last_body = None
         return view
 
     def _plan(self, messages: Sequence[Message], options: dict[str, Any]
@@ -304,6 +306,7 @@ class FleetView:
             finally:
                 server.in_flight -= 1
                 self.last_rewrites = client.last_rewrites
+                self.last_body = client.last_body
             self._answered(server)
             self.last_response = client.last_response
             return parsed
@@ -334,6 +337,7 @@ class FleetView:
             finally:
                 server.in_flight -= 1
                 self.last_rewrites = client.last_rewrites
+                self.last_body = client.last_body
             self._answered(server)
             self.last_response = client.last_response
             return

@@ -1,0 +1,145 @@
+"""The proxy measures what each turn's prompt keeps of its conversation's last one - what
+a server's prompt cache reuses: `prefix_share` in the access log, and once per
+conversation a warning on the turn that breaks it (where, the text around it, what
+caused it). Real HTTP on loopback: the official SDKs against `toolrules serve` in front
+of a llama-server-like upstream that renders a chat template (tests/props_server.py)."""
+
+from __future__ import annotations
+
+import logging
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+import toolrules
+
+pytest.importorskip("starlette")
+
+sys.path.insert(0, str(Path(__file__).parent))
+from props_server import PropsServer
+from serve_helpers import ProxyServer, an, oa
+
+from toolrules.serve._conversations import Conversations
+
+MODEL = "prefix-model"  # no family rule knows it: the template configures the route
+
+CHATML = textwrap.dedent("""
+    {%- if tools %}<|im_start|>system
+    {{ tools | tojson }}<|im_end|>
+    {% endif %}
+    {%- for m in messages %}<|im_start|>{{ m.role }}
+    {{ m.content or '' }}<|im_end|>
+    {% endfor %}
+    {%- if add_generation_prompt %}<|im_start|>assistant
+    {% endif %}
+""").strip("\\n")
+
+# what a template does that nothing fixes: the turn count first, so every turn moves it
+COUNTING = "{{ messages | length }} turns\n" + CHATML
+
+
+@pytest.fixture(scope="module")
+def engine():
+    return toolrules.load(use_env=False, cache=False)
+
+
+def _turns(client, n: int) -> list[list[dict]]:
+    msgs = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi."}]
+    out = [list(msgs)]
+    for i in range(n - 1):
+        msgs += [{"role": "assistant", "content": f"Answer {i}."},
+                 {"role": "user", "content": f"Question {i}?"}]
+        out.append(list(msgs))
+    for m in out:
+        client.chat.completions.create(model=MODEL, messages=m)
+    return out
+
+
+def test_each_turn_logs_the_share_of_the_last_prompt_it_keeps(engine, access, caplog):
+    caplog.set_level(logging.INFO, logger="toolrules.serve")
+    with PropsServer(CHATML, replies=["ok"] * 3) as up, \
+            ProxyServer(upstream="llamacpp", base_url=up.url + "/v1", engine=engine) as proxy:
+        _turns(oa(proxy), 3)
+    posts = [a for a in access() if a.get("method") == "POST"]
+    assert len(posts) == 3 and len({a["conversation"] for a in posts}) == 1
+    assert "prefix_share" not in posts[0]  # the first turn has nothing to keep
+    assert [a["prefix_share"] for a in posts[1:]] == [1.0, 1.0]
+    assert up.prompts[2].startswith(up.prompts[1]) and up.prompts[1].startswith(up.prompts[0])
+    assert not [r for r in caplog.records if "keeps" in r.getMessage()]
+
+
+def test_a_template_that_moves_text_is_logged_once_with_where_and_why(engine, access, caplog):
+    caplog.set_level(logging.INFO, logger="toolrules.serve")
+    with PropsServer(COUNTING, replies=["ok"] * 3) as up, \
+            ProxyServer(upstream="llamacpp", base_url=up.url + "/v1", engine=engine) as proxy:
+        _turns(oa(proxy), 3)
+    posts = [a for a in access() if a.get("method") == "POST"]
+    shares = [a["prefix_share"] for a in posts[1:]]
+    assert all(0 <= s < 0.1 for s in shares), shares  # it parts at the first line
+    # the share is of the prompt the server rendered
+    assert not up.prompts[1].startswith(up.prompts[0])
+    warned = [r.getMessage() for r in caplog.records if "keeps" in r.getMessage()]
+    assert len(warned) == 1, warned  # once per conversation
+    text = warned[0]
+    assert f"conversation {posts[0]['conversation']}" in text
+    assert "first difference at char 0" in text
+    assert '"2 turns' in text and '"4 turns' in text
+    assert "the chat template renders earlier turns differently" in text
+
+
+def test_a_client_that_changes_an_earlier_message_is_named_as_the_cause(engine, access,
+                                                                      caplog):
+    caplog.set_level(logging.INFO, logger="toolrules.serve")
+    with PropsServer(CHATML, replies=["ok"] * 2) as up, \
+            ProxyServer(upstream="llamacpp", base_url=up.url + "/v1", engine=engine) as proxy:
+        client = an(proxy)
+        first = [{"role": "user", "content": "Hi."}]
+        client.messages.create(model=MODEL, max_tokens=50, system="Be brief.", messages=first)
+        client.messages.create(model=MODEL, max_tokens=50, system="Be brief.", messages=[
+            {"role": "user", "content": "Hi."},
+            {"role": "assistant", "content": "Hello (edited by the client)."},
+            {"role": "user", "content": "And?"}])
+        client.messages.create(model=MODEL, max_tokens=50, system="Be brief.", messages=[
+            {"role": "user", "content": "Hi."},
+            {"role": "assistant", "content": "Hello, again edited."},
+            {"role": "user", "content": "And?"}, {"role": "assistant", "content": "x"},
+            {"role": "user", "content": "More?"}])
+    posts = [a for a in access() if a.get("method") == "POST"]
+    assert posts[1]["prefix_share"] == 1.0  # the first prompt grew
+    assert posts[2]["prefix_share"] < 1.0
+    [text] = [r.getMessage() for r in caplog.records if "keeps" in r.getMessage()]
+    assert "cause: the client sent messages[2] changed since its last request" in text
+
+
+def test_conversations_are_told_apart_and_memory_is_bounded():
+    from toolrules._types import Message
+
+    conv = Conversations(max_chars=100)
+    a = [Message("system", "S"), Message("user", "one")]
+    b = [Message("system", "S"), Message("user", "two")]
+    first = conv.observe(b"a" * 16, "x" * 60, a, [])
+    assert first.share is None
+    assert conv.observe(b"b" * 16, "y" * 60, b, []).share is None  # evicts a
+    assert conv.observe(b"a" * 16, "x" * 70, a, []).share is None  # a was forgotten
+    again = conv.observe(b"a" * 16, "x" * 70 + "z", a, [])
+    assert again.share == 1.0 and again.conversation == (b"a" * 16).hex()[:12]
+    assert conv.observe(b"c" * 16, "c" * 101, a, []).share is None  # too big to keep
+    assert sum(len(v.image) for v in conv._last.values()) <= 100
+
+
+def test_prefix_memory_zero_turns_the_measure_off(engine, access, tmp_path):
+    config = textwrap.dedent("""
+        server: {prefix_memory: 0}
+        routes:
+          - pattern: '.*'
+            upstream: {provider: llamacpp, base_url: 'URL/v1'}
+    """)
+    with PropsServer(CHATML, replies=["ok"] * 2) as up, \
+            ProxyServer(config=config.replace("URL", up.url), tmp=tmp_path,
+                        engine=engine) as proxy:
+        _turns(oa(proxy), 2)
+    posts = [a for a in access() if a.get("method") == "POST"]
+    assert len(posts) == 2
+    assert not any("prefix_share" in a or "conversation" in a for a in posts)

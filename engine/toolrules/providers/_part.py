@@ -245,7 +245,9 @@ class ProvidersPart(Part):
         first (Engine.normalize_turns); `rewrites`, a list, receives each TurnRewrite.
 
         Options with a meaning here: strict, constrained (the grammar or schema of a valid
-        call in the body, as the rule's `constrained:` section says), parallel_tool_calls,
+        call in the body, as the rule's `constrained:` section says), json_output
+        ({schema, name}: an answer that is one JSON value, held to `schema` when given, as
+        the rule's `json_output:` section asks for it), parallel_tool_calls,
         allowed_tools,
         denied_tools (masking: hidden tools are not sent), request_overrides (merged into
         the body; the provider's reserved fields are protected), transforms (extra named
@@ -265,6 +267,7 @@ class ProvidersPart(Part):
         prov = self.provider_rules(provider)
         strict = options.pop("strict", None)
         constrained = options.pop("constrained", None)
+        json_output = options.pop("json_output", None)
         parallel = options.pop("parallel_tool_calls", None)
         allowed = options.pop("allowed_tools", None)
         denied = options.pop("denied_tools", None)
@@ -325,6 +328,8 @@ class ProvidersPart(Part):
             set_path(body, path, value)
         if constraint is not None:
             set_path(body, constraint[0], constraint[1])
+        if json_output is not None:
+            _write_json_output(prov, body, json_output)
         if overrides:
             _apply_overrides(prov, body, overrides)
         return body
@@ -598,8 +603,8 @@ class ProvidersPart(Part):
                 texts.append(rm.text)
             if rm.reasoning:
                 reasoning.append(rm.reasoning)
-            for raw_id, name, args in rm.calls:
-                call = decode_call(prov, raw_id, name, args, warns)
+            for raw_id, name, args, sig in rm.calls:
+                call = decode_call(prov, raw_id, name, args, warns, sig)
                 if call is not None:
                     calls.append(finish_call(call, wt, known, warns))
         finish = prov.finish(finish_wire, bool(calls))
@@ -667,7 +672,8 @@ class ProvidersPart(Part):
             cid = wire_call_id(prov, c.id, f"{seed}:{i}")
             opaque.add(id(c.arguments))
             calls.append({"id": cid, "name": c.name, "arguments": c.arguments,
-                          "arguments_json": c.arguments_json(), "index": i})
+                          "arguments_json": c.arguments_json(), "index": i,
+                          "signature": c.signature})
         finish = parsed.finish_reason or ("tool_calls" if calls else "stop")
         calls_view = calls or None  # null, not [], so `tool_calls[].{...}` writes nothing
         when = int(time.time()) if created is None else int(created)
@@ -718,7 +724,8 @@ class ProvidersPart(Part):
             tt = done.get(call.name)
             if tt is None or not tt.steps:
                 return call
-            return ToolCall(id=call.id, name=call.name, arguments=tt.restore(call.arguments))
+            return ToolCall(id=call.id, name=call.name, arguments=tt.restore(call.arguments),
+                            signature=call.signature)
 
         return simplified, restore
 
@@ -783,6 +790,25 @@ def _join_text(value: Any) -> str | None:
     if isinstance(value, list):
         return "\n\n".join(v for v in value if isinstance(v, str)) or None
     return value if isinstance(value, str) else None
+
+
+def _write_json_output(prov: Provider, body: dict[str, Any], ask: Any) -> None:
+    """build_request's `json_output` ({schema, name}) written as the rule's `json_output:`
+    section says (body path -> expression over {schema, name}; a null value is left out)."""
+    from ._rules import Expr, set_path
+
+    table = prov.data.get("json_output")
+    if not isinstance(table, dict) or not table:
+        raise CapabilityError(f"provider {prov.id!r} cannot be asked for a JSON answer: its "
+                              "rule has no `json_output:` section")
+    if not isinstance(ask, dict):
+        raise ParseError("json_output is a mapping {schema, name}")
+    view = {"schema": ask.get("schema") if isinstance(ask.get("schema"), dict) else None,
+            "name": ask.get("name") or None}
+    for path, src in table.items():
+        value = Expr(src, f"provider {prov.id} json_output.{path}")(view)
+        if value is not None:
+            set_path(body, path, json.loads(json.dumps(value)))
 
 
 def _apply_overrides(prov: Provider, body: dict[str, Any], overrides: Any) -> None:

@@ -346,3 +346,18 @@ def commands(text: str) -> tuple[dict[str, str], list[list[str]]]:
         else:
             argvs.append(argv)
     return env, argvs
+
+
+def npx_argv(argv: list[str], program: str, path: Path) -> list[str]:
+    """A recipe's `npx PROGRAM ...` (or `PROGRAM ...`) run with the pinned program."""
+    if argv[:2] == ["npx", program]:
+        return [str(path), *argv[2:]]
+    assert argv[0] == program, f"the recipe runs {argv[0]!r}, not {program!r}"
+    return [str(path), *argv[1:]]
+
+
+def report_of(code: int, out: str, err: str, seconds: float, script: ScriptedQwen,
+              proxy: Proxy | None) -> str:
+    return (f"exit {code} after {seconds:.1f} s\nstdout: {out[-3000:]}\n"
+            f"stderr: {err[-3000:]}\nupstream: {script.summary()}\n"
+            + (f"proxy log: {proxy.log()}" if proxy is not None else ""))

@@ -437,3 +437,63 @@ def test_a_thought_signature_comes_back_on_the_same_call(tmp_path, monkeypatch):
             assert back[0]["functionCall"]["name"] == "run_shell_command"
             assert back[0]["thoughtSignature"] == sig
     assert seen[0].query == {"key": ["upstream-key"]}
+
+
+def test_a_signature_rides_in_the_call_id_for_clients_of_other_apis(tmp_path, monkeypatch):
+    """An Anthropic or OpenAI client has no field for a Gemini upstream's
+    thoughtSignature: it travels in the call's id and comes back on the same call (and
+    the ids the upstream sees are its own again)."""
+    import anthropic
+    import openai
+
+    sig = base64.b64encode(b"sig/with+chars=").decode()
+    seen: list[dict[str, Any]] = []
+
+    def gemini_up(s: Seen) -> Any:
+        body = s.json()
+        seen.append(body)
+        if any("functionResponse" in p for c in body["contents"] for p in c["parts"]):
+            parts = [{"text": "Done."}]
+        else:
+            parts = [{"functionCall": {"id": "g1", "name": "run_shell_command",
+                                       "args": {"command": "ls"}}, "thoughtSignature": sig}]
+        return json_reply({"candidates": [{"content": {"role": "model", "parts": parts},
+                                           "finishReason": "STOP", "index": 0}]})
+
+    tool = {"name": "run_shell_command", "description": "Run a command.",
+            "input_schema": {"type": "object", "properties": {"command": {"type": "string"}},
+                             "required": ["command"]}}
+    monkeypatch.setenv("TOOLRULES_TEST_UPSTREAM_KEY", "upstream-key")
+    with WireServer(gemini_up) as up, ProxyServer(
+            config=route_to("gemini", "gemini-2.5-flash", up.url), tmp=tmp_path) as proxy:
+        an = anthropic.Anthropic(base_url=proxy.url, api_key="k", max_retries=0)
+        first = an.messages.create(model="gemini-2.5-flash", max_tokens=100, tools=[tool],
+                                   messages=[{"role": "user", "content": "List."}])
+        use = next(b for b in first.content if b.type == "tool_use")
+        assert use.id.startswith("g1__sig_") and use.input == {"command": "ls"}
+        an.messages.create(model="gemini-2.5-flash", max_tokens=100, tools=[tool], messages=[
+            {"role": "user", "content": "List."},
+            {"role": "assistant", "content": [{"type": "tool_use", "id": use.id,
+                                               "name": use.name, "input": use.input}]},
+            {"role": "user", "content": [{"type": "tool_result", "tool_use_id": use.id,
+                                          "content": "a.txt"}]}])
+        back = seen[-1]["contents"]
+        assert back[1]["parts"][0] == {"functionCall": {"id": "g1", "name": "run_shell_command",
+                                                        "args": {"command": "ls"}},
+                                       "thoughtSignature": sig}
+        assert back[2]["parts"][0]["functionResponse"]["id"] == "g1"
+
+        oa = openai.OpenAI(base_url=proxy.url + "/v1", api_key="k", max_retries=0)
+        fn = {"type": "function", "function": {"name": tool["name"],
+                                               "parameters": tool["input_schema"]}}
+        reply = oa.chat.completions.create(model="gemini-2.5-flash", tools=[fn],
+                                           messages=[{"role": "user", "content": "List."}])
+        call = reply.choices[0].message.tool_calls[0]
+        oa.chat.completions.create(model="gemini-2.5-flash", tools=[fn], messages=[
+            {"role": "user", "content": "List."},
+            {"role": "assistant", "content": None, "tool_calls": [call.model_dump()]},
+            {"role": "tool", "tool_call_id": call.id, "content": "a.txt"}])
+        back = seen[-1]["contents"]
+        assert back[1]["parts"][0]["thoughtSignature"] == sig
+        assert back[1]["parts"][0]["functionCall"]["id"] == "g1"
+        assert back[2]["parts"][0]["functionResponse"]["id"] == "g1"

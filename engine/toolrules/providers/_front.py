@@ -12,6 +12,7 @@ Nothing here knows an API: every event, field name and error type is in the rule
 
 from __future__ import annotations
 
+import base64
 import json
 import time
 from collections.abc import Callable, Mapping
@@ -24,7 +25,8 @@ from ._messages import derived_id
 from ._rules import Expr, Provider
 
 __all__ = ["BlockEvents", "EventGrammar", "FieldCase", "Front", "StreamWriter", "compile_fields",
-           "compile_front", "wire_call_id"]
+           "compile_front", "fold_signature", "signature_in_id", "unfold_signature",
+           "wire_call_id"]
 
 _KINDS = ("text", "reasoning", "tool")
 
@@ -331,6 +333,38 @@ class Front:
         return StreamWriter(self.events, self.prov, view, build)
 
 
+# A call's signature carried in its id, for APIs with no field for it: the id, this
+# marker, then the signature's UTF-8 bytes in unpadded URL-safe base64 (letters, digits,
+# `-` and `_`: every API's id pattern takes them).
+_SIG_MARK = "__sig_"
+
+
+def signature_in_id(prov: Provider) -> bool:
+    """Does this API carry a call's signature in the call's id (`serve.signature_in_id`)?"""
+    serve = prov.data.get("serve")
+    return isinstance(serve, dict) and serve.get("signature_in_id") is True
+
+
+def fold_signature(call_id: str | None, signature: str | None) -> str | None:
+    """`call_id` with `signature` folded in (unchanged when there is no signature)."""
+    if not signature or call_id is None:
+        return call_id
+    data = base64.urlsafe_b64encode(signature.encode("utf-8")).decode("ascii").rstrip("=")
+    return f"{call_id}{_SIG_MARK}{data}"
+
+
+def unfold_signature(call_id: str | None) -> tuple[str | None, str | None]:
+    """(the id, the signature) of an id `fold_signature` wrote; (id, None) otherwise."""
+    if not call_id or _SIG_MARK not in call_id:
+        return call_id, None
+    head, _, data = call_id.partition(_SIG_MARK)
+    try:
+        raw = base64.urlsafe_b64decode(data + "=" * (-len(data) % 4))
+        return head, raw.decode("utf-8")
+    except (ValueError, UnicodeDecodeError):
+        return call_id, None
+
+
 def wire_call_id(prov: Provider, call_id: str | None, seed: str) -> str | None:
     """The id a call goes out under in `prov`'s format (build_response's rule): kept when
     the provider accepts it, else derived from it (or from `seed` when there is none and
@@ -431,7 +465,8 @@ class StreamWriter:
         return self._delta("reasoning", delta)
 
     def call_id(self, call: ToolCall) -> str | None:
-        return wire_call_id(self._prov, call.id, f"{self._view['id']}:{self._calls}")
+        cid = wire_call_id(self._prov, call.id, f"{self._view['id']}:{self._calls}")
+        return fold_signature(cid, call.signature) if signature_in_id(self._prov) else cid
 
     def tool_call(self, call: ToolCall) -> bytes:
         """A whole call: its block opened, its arguments in one delta, closed."""

@@ -482,7 +482,8 @@ class ProvidersPart(Part):
         if not isinstance(wires, list):
             raise ParseError(f"not a request body for provider {prov.id}: no message list at "
                              f"{prov.messages_path!r}")
-        msgs.extend(read_history(prov, wires))
+        history = read_history(prov, wires)
+        msgs.extend(_unfold_signatures(history) if _folds(prov) else history)
         tools: list[Tool] = []
         read = prov.tools_read
         if "each" in read:
@@ -650,7 +651,7 @@ class ProvidersPart(Part):
                        usage: dict[str, Any] | None = None) -> dict[str, Any]:
         """A ParsedResponse -> a response body in `provider`'s format (for proxies).
         `usage`: {input_tokens, output_tokens} for the body's usage fields."""
-        from ._front import wire_call_id
+        from ._front import fold_signature, signature_in_id, wire_call_id
         from ._messages import coerce_message, derived_id
         from ._rules import prune
 
@@ -670,6 +671,8 @@ class ProvidersPart(Part):
         rid = response_id or derived_id(seed, prov.id_prefix, len(prov.id_prefix) + 24)
         for i, c in enumerate(parsed.tool_calls):
             cid = wire_call_id(prov, c.id, f"{seed}:{i}")
+            if signature_in_id(prov):  # no field for it: the signature rides in the id
+                cid = fold_signature(cid, c.signature)
             opaque.add(id(c.arguments))
             calls.append({"id": cid, "name": c.name, "arguments": c.arguments,
                           "arguments_json": c.arguments_json(), "index": i,
@@ -762,6 +765,35 @@ class ProvidersPart(Part):
 
 
 # ---------------------------------------------------------------- helpers
+
+def _folds(prov: Provider) -> bool:
+    from ._front import signature_in_id
+
+    return signature_in_id(prov)
+
+
+def _unfold_signatures(msgs: list[Message]) -> list[Message]:
+    """Calls and results whose ids carry a signature (`serve.signature_in_id`): the
+    signature back on the call, the ids as they were."""
+    import dataclasses
+
+    from ._front import unfold_signature
+
+    out = []
+    for m in msgs:
+        if m.tool_calls:
+            calls = []
+            for c in m.tool_calls:
+                cid, sig = unfold_signature(c.id)
+                calls.append(c if sig is None else ToolCall(cid, c.name, c.arguments, sig))
+            m = dataclasses.replace(m, tool_calls=tuple(calls))
+        elif m.role == "tool" and m.tool_call_id:
+            cid, sig = unfold_signature(m.tool_call_id)
+            if sig is not None:
+                m = dataclasses.replace(m, tool_call_id=cid)
+        out.append(m)
+    return out
+
 
 def _same_call(call: ToolCall) -> ToolCall:
     return call

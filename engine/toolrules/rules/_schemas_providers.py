@@ -301,6 +301,11 @@ _SERVE = _section("how a proxy serves this API to its clients (toolrules serve):
                         "the body field `request.model` names)", "model_param: model"),
     "keys": _strlist("request headers that may carry the client's API key, first present "
                      "wins; a `Bearer ` prefix is dropped", "keys: [authorization, x-api-key]"),
+    "signature_in_id": _bool("this API has no field for a call's signature (the opaque token a "
+                             "provider issues with a call and wants back with it: Gemini's "
+                             "thoughtSignature), so it travels in the call's id - the id, "
+                             "`__sig_`, the signature in URL-safe base64 - and is read back "
+                             "from the ids of the call and its result in later requests"),
     "key_query": _strlist("query parameters that may carry the client's API key, when no "
                           "header of `keys` does", "key_query: [key]"),
     "stream": _expr("over the client's body: does it ask for a stream", "stream: stream"),

@@ -20,7 +20,6 @@ pytest.importorskip("starlette")
 sys.path.insert(0, str(Path(__file__).parent))
 from props_server import PropsServer
 from serve_helpers import ProxyServer, an, oa
-
 from toolrules.serve._conversations import Conversations
 
 MODEL = "prefix-model"  # no family rule knows it: the template configures the route

@@ -52,20 +52,27 @@ class Tool:
 
 @dataclass(frozen=True, init=False)
 class ToolCall:
-    """A call the model asked for. `arguments` is always a JSON object (a dict)."""
+    """A call the model asked for. `arguments` is always a JSON object (a dict).
+
+    `signature` is an opaque token the provider issued with the call (Gemini's
+    `thoughtSignature`) that must go back with the same call in later turns; it takes
+    no part in comparisons."""
 
     id: str | None
     name: str
     arguments: dict[str, Any] = field(default_factory=dict)
+    signature: str | None = field(default=None, compare=False, repr=False)
 
     # Parsers build these in their hot path: the fields go straight into the instance
     # dict instead of a frozen __setattr__ each (about three times as fast; a keyword
     # dict.update is slower than item stores); instances stay frozen.
-    def __init__(self, id: str | None, name: str, arguments: dict[str, Any] | None = None):
+    def __init__(self, id: str | None, name: str, arguments: dict[str, Any] | None = None,
+                 signature: str | None = None):
         d = self.__dict__
         d["id"] = id
         d["name"] = name
         d["arguments"] = {} if arguments is None else arguments
+        d["signature"] = signature
 
     def arguments_json(self) -> str:
         """The arguments as compact JSON text, unicode unescaped."""

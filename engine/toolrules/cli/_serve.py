@@ -69,9 +69,9 @@ def _describe(config: object) -> list[str]:
 def serve(config_path: str | None, upstream: str | None, base_url: str | None, host: str,
           port: int, api_keys: tuple[str, ...], trace_dir: str | None, workers: int,
           log_level: str, check: bool, rule_paths: tuple[str, ...]) -> None:
-    """Serve the OpenAI (/v1/chat/completions, /v1/responses) and Anthropic (/v1/messages)
-    APIs in front of any model server, adding tool calling where the model or the server
-    lacks it.
+    """Serve the OpenAI (/v1/chat/completions, /v1/responses), Anthropic (/v1/messages)
+    and Gemini (/v1beta/models/MODEL:generateContent) APIs in front of any model server,
+    adding tool calling where the model or the server lacks it.
 
     \b
     toolrules serve --upstream openai-compatible:qwen3-coder --base-url http://127.0.0.1:1234/v1

@@ -1,7 +1,8 @@
 """Golden suite `serve`: what the proxy sends upstream and what its client gets back.
 
 Inputs: golden/serve/<name>.cases.yaml - `cases:` each {name, front (the client API),
-request (the client's body), route (a `serve` route: upstream provider and model, tool
+request (the client's body), params (the request path's parameters, for an API that
+names the model in the path), route (a `serve` route: upstream provider and model, tool
 options), upstream (one reply per upstream turn: a string is an assistant text in the
 upstream's own format, a mapping a raw body)}. Each case runs twice through the proxy's
 exchange - answered whole, and streamed (the upstream replies re-sent as the upstream's
@@ -77,7 +78,7 @@ def _run_case(engine: Any, case: dict[str, Any], stream: bool) -> dict[str, Any]
     body = case["request"]
     config_route = _route(0, case["route"], _settings())
     route = replace(config_route, engine=route_engine(engine, config_route))
-    requested = body.get(front.model_path or "model")
+    requested = front.requested_model(body, case.get("params") or {})
     provider = engine.provider_rules(route.upstream.provider).id
     replies = []
     for reply in case.get("upstream") or ():
@@ -94,7 +95,8 @@ def _run_case(engine: Any, case: dict[str, Any], stream: bool) -> dict[str, Any]
     msgs, tools, choice = engine.parse_request(body, front.provider)
     ex = Exchange(route=route, client=client, messages=msgs, tools=tools, choice=choice,
                   options=options_for(front, engine.provider_rules(provider).options, body),
-                  held_call="Not run: fix the other calls.", numbered_ids=True)
+                  held_call="Not run: fix the other calls.", numbered_ids=True,
+                  json_output=front.read_json_output(body))
     rid = front.prov.id_prefix + "golden"
     out: dict[str, Any] = {}
     if stream:

@@ -1,8 +1,8 @@
 """A provider's API as a proxy serves it to clients (the rule's `serve:` section).
 
 `Front` reads what a client's request asks for beyond messages and tools (options, a
-stream, its API key), writes error bodies in the API's own shape, lists models, and
-makes a `StreamWriter`: the API's server-sent-event grammar driven by the rule's
+stream, its API key, a JSON answer, the model named in the path), writes error bodies in
+the API's own shape, lists models, and makes a `StreamWriter`: the API's server-sent-event grammar driven by the rule's
 `serve.events` expressions. The writer thinks in content blocks - text, reasoning, one
 per tool call - each opened, fed and closed; the rule says which events each step
 writes (none, one, several), so one interpreter speaks every grammar.
@@ -12,6 +12,7 @@ Nothing here knows an API: every event, field name and error type is in the rule
 
 from __future__ import annotations
 
+import base64
 import json
 import re
 import time
@@ -25,7 +26,8 @@ from ._messages import derived_id
 from ._rules import Expr, Provider
 
 __all__ = ["BlockEvents", "EventGrammar", "FieldCase", "Front", "StreamWriter", "VolatileText",
-           "compile_fields", "compile_front", "usage_view", "wire_call_id"]
+           "compile_fields", "compile_front", "fold_signature", "signature_in_id",
+           "unfold_signature", "usage_view", "wire_call_id"]
 
 _KINDS = ("text", "reasoning", "tool")
 
@@ -65,13 +67,15 @@ class EventGrammar:
 
 @dataclass(frozen=True, slots=True)
 class FieldCase:
-    """One way a top-level request field is accounted for: `read` (the proxy reads and
-    carries it), `ignore` (no effect on the answer; `reason` says why) or `refuse`
-    (`reason`: why it cannot be carried and what to do) - when `when` holds, or always."""
+    """One way a request field is accounted for: `read` (the proxy reads and carries it),
+    `ignore` (no effect on the answer; `reason` says why) or `refuse` (`reason`: why it
+    cannot be carried and what to do) - when `when` holds, or always. A read object may
+    have its own fields accounted for, key by key (`fields`)."""
 
     action: str
     reason: str | None = None
     when: Expr | None = None
+    fields: dict[str, tuple[FieldCase, ...]] | None = None
 
 
 _ACTIONS = ("read", "ignore", "refuse")
@@ -86,11 +90,14 @@ def _field_case(value: Any, where: str) -> FieldCase | None:
     for action in _ACTIONS[1:]:
         if isinstance(value.get(action), str):
             return FieldCase(action, str(value[action]).strip(), when)
+    if isinstance(value.get("fields"), dict):
+        return FieldCase("read", None, when, compile_fields(value["fields"], f"{where}.fields"))
     return FieldCase("read", None, when) if value.get("read") is True else None
 
 
 def compile_fields(table: Any, where: str) -> dict[str, tuple[FieldCase, ...]] | None:
-    """`serve.fields`: field -> its cases in order (a single case or a list of them)."""
+    """`serve.fields`: field -> its cases in order (a single case or a list of them); a
+    case `{fields: {...}}` reads an object whose own fields are accounted for the same way."""
     if not isinstance(table, dict):
         return None
     out: dict[str, tuple[FieldCase, ...]] = {}
@@ -178,6 +185,42 @@ class Front:
     fields: dict[str, tuple[FieldCase, ...]] | None = None
     """`serve.fields`: how every top-level field of a request is accounted for (None: the
     rule has no table, and nothing is checked)."""
+    stream_path: str | None = None
+    """`serve.stream_path`: a second endpoint whose every answer is streamed."""
+    stream_query: dict[str, str] | None = None
+    """`serve.stream_query`: query parameters a stream endpoint's request must carry."""
+    model_param: str | None = None
+    """`serve.model_param`: the path parameter naming the model (else the body's field)."""
+    key_query: tuple[str, ...] = ()
+    """`serve.key_query`: query parameters that may carry the client's key (after `keys`)."""
+    json_output: Expr | None = None
+    """`serve.json_output`: {schema, name} when the client asks for a JSON answer."""
+    prompt_fields: tuple[str, ...] = ()
+    """The body fields that hold the prompt (messages, system, tools): token estimates."""
+    versions: tuple[str, ...] = ()
+    """`serve.versions`: other API versions every path is served under too."""
+    count_request: Expr | None = None
+    """`serve.count_tokens.request`: the request to count, in a count_tokens body."""
+
+    def served(self, path: str | None) -> tuple[str, ...]:
+        """`path` and the same path under each of `serve.versions` (its first segment
+        replaced): `/v1beta/models` also as `/v1/models`."""
+        if not path:
+            return ()
+        out = [path]
+        head, sep, rest = path.lstrip("/").partition("/")
+        for version in self.versions:
+            if sep and version != head:
+                out.append(f"/{version}/{rest}")
+        return tuple(out)
+
+    def counted(self, body: Mapping[str, Any]) -> Mapping[str, Any]:
+        """The request a count_tokens body asks to count (`count_tokens.request`)."""
+        if self.count_request is None:
+            return body
+        value = self.count_request(body)
+        return value if isinstance(value, dict) else body
+
     volatile: tuple[VolatileText, ...] = ()
     """`serve.volatile`: client metadata taken out of the conversation's texts."""
 
@@ -217,6 +260,39 @@ class Front:
     def wants_stream(self, body: Mapping[str, Any]) -> bool:
         return bool(self.stream(body)) if self.stream is not None else False
 
+    def requested_model(self, body: Mapping[str, Any], params: Mapping[str, Any]) -> Any:
+        """The model name the client asked for: the path parameter `serve.model_param`
+        names, else the body field of the rule's `request.model` (or `model`)."""
+        if self.model_param:
+            return params.get(self.model_param)
+        return body.get(self.model_path or "model")
+
+    def stream_query_problem(self, query: Mapping[str, str]) -> str | None:
+        """Why a request to the stream endpoint cannot be answered (a query parameter the
+        rule requires is missing or differs), or None."""
+        for name, value in (self.stream_query or {}).items():
+            got = query.get(name)
+            if got != value:
+                return (f"the stream endpoint answers with server-sent events only: send "
+                        f"`?{name}={value}`" + (f" (not {name}={got!r})" if got else ""))
+        return None
+
+    def read_json_output(self, body: Mapping[str, Any]) -> dict[str, Any] | None:
+        """{schema (JSON Schema or None), name} when the client asks for a JSON answer
+        (`serve.json_output`); the schema is read like tool parameters
+        (`tools.read.pipeline`: e.g. upper-case type names to JSON Schema's)."""
+        if self.json_output is None:
+            return None
+        value = self.json_output(body)
+        if not isinstance(value, dict):
+            return None
+        schema = value.get("schema")
+        if isinstance(schema, dict) and self.prov.tools_read_pipeline.steps:
+            schema = self.prov.tools_read_pipeline.run("json_output", "", schema).parameters
+        name = value.get("name")
+        return {"schema": schema if isinstance(schema, dict) else None,
+                "name": name if isinstance(name, str) and name else None}
+
     def read_options(self, body: Mapping[str, Any]) -> dict[str, Any]:
         """build_request options the client set (max_tokens, temperature, ...)."""
         out: dict[str, Any] = {}
@@ -231,14 +307,23 @@ class Front:
         ignored (returned: field -> the stated reason) or refused - an
         UnsupportedContentError naming the field, why and what to do. A field no rule
         mentions is refused too: a proxy that cannot say what a field does must not drop
-        it. A null value asks for nothing and passes."""
+        it. A null value asks for nothing and passes. An object read field by field
+        (`fields` in its case) has each of its fields accounted for the same way
+        (`generationConfig.topK`)."""
         if self.fields is None:
             return {}
         ignored: dict[str, str] = {}
-        for name, value in body.items():
+        self._account(body, body, self.fields, "", ignored)
+        return ignored
+
+    def _account(self, body: Mapping[str, Any], obj: Mapping[str, Any],
+                 table: dict[str, tuple[FieldCase, ...]], prefix: str,
+                 ignored: dict[str, str]) -> None:
+        for key, value in obj.items():
             if value is None:
                 continue
-            cases = self.fields.get(name)
+            name = prefix + key
+            cases = table.get(key)
             if cases is None:
                 raise UnsupportedContentError(
                     f"request field `{name}` is not supported: no rule of the "
@@ -252,6 +337,12 @@ class Front:
                 elif case.action == "refuse":
                     raise UnsupportedContentError(f"request field `{name}`: {case.reason}",
                                                   part_type="field", where=name)
+                elif case.fields is not None:
+                    if not isinstance(value, dict):
+                        raise UnsupportedContentError(
+                            f"request field `{name}` must be an object", part_type="field",
+                            where=name)
+                    self._account(body, value, case.fields, name + ".", ignored)
                 break
             else:
                 shown = json.dumps(value, ensure_ascii=False, default=str)
@@ -260,7 +351,6 @@ class Front:
                     f"request field `{name}` with the value {shown} is not supported by the "
                     f"{self.provider} front. Leave it out, or call the provider directly",
                     part_type="field", where=name)
-        return ignored
 
     def read_parallel(self, body: Mapping[str, Any]) -> bool | None:
         if self.parallel is None:
@@ -268,8 +358,10 @@ class Front:
         value = self.parallel(body)
         return value if isinstance(value, bool) else None
 
-    def client_key(self, headers: Mapping[str, str]) -> str | None:
-        """The key a client sent (headers looked up lower-case), without `Bearer `."""
+    def client_key(self, headers: Mapping[str, str],
+                   query: Mapping[str, str] | None = None) -> str | None:
+        """The key a client sent (headers looked up lower-case, then the query
+        parameters of `serve.key_query`), without `Bearer `."""
         for name in self.keys:
             value = headers.get(name)
             if value:
@@ -277,6 +369,10 @@ class Front:
                 if value[:7].lower() == "bearer ":
                     value = value[7:].strip()
                 return value or None
+        for name in self.key_query if query is not None else ():
+            value = (query or {}).get(name)
+            if value and value.strip():
+                return value.strip()
         return None
 
     # ------------------------------------------------------------ answers
@@ -340,6 +436,38 @@ def usage_view(usage: Mapping[str, Any] | None) -> dict[str, Any] | None:
         out["uncached_input_tokens"] = max(0, total - cached) if isinstance(cached, int) \
             else total
     return out
+
+
+# A call's signature carried in its id, for APIs with no field for it: the id, this
+# marker, then the signature's UTF-8 bytes in unpadded URL-safe base64 (letters, digits,
+# `-` and `_`: every API's id pattern takes them).
+_SIG_MARK = "__sig_"
+
+
+def signature_in_id(prov: Provider) -> bool:
+    """Does this API carry a call's signature in the call's id (`serve.signature_in_id`)?"""
+    serve = prov.data.get("serve")
+    return isinstance(serve, dict) and serve.get("signature_in_id") is True
+
+
+def fold_signature(call_id: str | None, signature: str | None) -> str | None:
+    """`call_id` with `signature` folded in (unchanged when there is no signature)."""
+    if not signature or call_id is None:
+        return call_id
+    data = base64.urlsafe_b64encode(signature.encode("utf-8")).decode("ascii").rstrip("=")
+    return f"{call_id}{_SIG_MARK}{data}"
+
+
+def unfold_signature(call_id: str | None) -> tuple[str | None, str | None]:
+    """(the id, the signature) of an id `fold_signature` wrote; (id, None) otherwise."""
+    if not call_id or _SIG_MARK not in call_id:
+        return call_id, None
+    head, _, data = call_id.partition(_SIG_MARK)
+    try:
+        raw = base64.urlsafe_b64decode(data + "=" * (-len(data) % 4))
+        return head, raw.decode("utf-8")
+    except (ValueError, UnicodeDecodeError):
+        return call_id, None
 
 
 def wire_call_id(prov: Provider, call_id: str | None, seed: str) -> str | None:
@@ -442,7 +570,8 @@ class StreamWriter:
         return self._delta("reasoning", delta)
 
     def call_id(self, call: ToolCall) -> str | None:
-        return wire_call_id(self._prov, call.id, f"{self._view['id']}:{self._calls}")
+        cid = wire_call_id(self._prov, call.id, f"{self._view['id']}:{self._calls}")
+        return fold_signature(cid, call.signature) if signature_in_id(self._prov) else cid
 
     def tool_call(self, call: ToolCall) -> bytes:
         """A whole call: its block opened, its arguments in one delta, closed."""
@@ -450,7 +579,7 @@ class StreamWriter:
         self._index += 1
         args = call.arguments_json()
         view_call = {"id": self.call_id(call), "name": call.name, "arguments": call.arguments,
-                     "arguments_json": args}
+                     "arguments_json": args, "signature": call.signature}
         block = self._g.blocks.get("tool")
         if block is not None:
             events.extend(self._run(block.start, self._block_view(call=view_call, text="")))
@@ -531,7 +660,24 @@ def compile_front(prov: Provider) -> Front:
         error_body=_opt(err.get("body"), f"{w}.error.body"),
         error_types=_status_table(err.get("types")), error_codes=_status_table(err.get("codes")),
         events=grammar, prov=prov, fields=compile_fields(d.get("fields"), f"{w}.fields"),
+        stream_path=d.get("stream_path"),
+        stream_query={str(k): str(v) for k, v in (d.get("stream_query") or {}).items()} or None,
+        model_param=d.get("model_param"),
+        key_query=tuple(str(k) for k in d.get("key_query") or ()),
+        json_output=_opt(d.get("json_output"), f"{w}.json_output"),
+        prompt_fields=_prompt_fields(prov),
+        versions=tuple(str(v).strip("/") for v in d.get("versions") or ()),
+        count_request=_opt(ct.get("request"), f"{w}.count_tokens.request"),
         volatile=_volatile(d.get("volatile")))
+
+
+def _prompt_fields(prov: Provider) -> tuple[str, ...]:
+    """The top-level body fields the rule reads the prompt from: its messages, its
+    system prompt (when it is a field of its own) and its tools."""
+    paths = [prov.messages_path, prov.tools_path]
+    if prov.system_placement == "field":
+        paths.insert(1, prov.system_path or "system")
+    return tuple(dict.fromkeys(p.split(".")[0] for p in paths if p))
 
 
 def _trim(content: Any) -> Any:

@@ -283,7 +283,8 @@ class WireTools:
             return call
         original, tool = hit
         return ToolCall(id=call.id, name=original,
-                        arguments=self.transform(tool).restore(call.arguments))
+                        arguments=self.transform(tool).restore(call.arguments),
+                        signature=call.signature)
 
 
 def _part_view(part: ContentPart) -> dict[str, Any]:
@@ -364,7 +365,8 @@ def _assistant_view(m: Message, opaque: set[int]) -> dict[str, Any]:
     for i, c in enumerate(m.tool_calls):
         opaque.add(id(c.arguments))
         calls.append({"id": c.id, "name": c.name, "arguments": c.arguments,
-                      "arguments_json": c.arguments_json(), "index": i})
+                      "arguments_json": c.arguments_json(), "index": i,
+                      "signature": c.signature})
     text = content_text(m.content)
     return {"role": "assistant", "text": text,
             "reasoning": m.reasoning_content or None, "tool_calls": calls or None}
@@ -404,7 +406,8 @@ def prepare_history(prov: Provider, messages: list[Message],
             calls = []
             for ci, c in enumerate(m.tool_calls):
                 new_id = ids(c.id, f"{mi}:{ci}:{c.name}")
-                calls.append(ToolCall(id=new_id, name=to_wire(c.name), arguments=c.arguments))
+                calls.append(ToolCall(id=new_id, name=to_wire(c.name), arguments=c.arguments,
+                                      signature=c.signature))
                 pending.append((c.name, new_id))
             m = Message(role=m.role, content=m.content, tool_calls=tuple(calls),
                         tool_call_id=m.tool_call_id, name=m.name,
@@ -556,7 +559,7 @@ class ReadMessage:
     role: str | None
     text: str | None
     reasoning: str | None
-    calls: list[tuple[Any, Any, Any]]  # raw id, name, arguments
+    calls: list[tuple[Any, Any, Any, Any]]  # raw id, name, arguments, signature
     results: list[dict[str, Any]]
 
 
@@ -570,7 +573,8 @@ def read_wire_message(prov: Provider, wire: Any) -> ReadMessage:
         for c in _listify(r.calls(wire)):
             calls.append((r.call["id"](c) if "id" in r.call else None,
                           r.call["name"](c) if "name" in r.call else None,
-                          r.call["arguments"](c) if "arguments" in r.call else None))
+                          r.call["arguments"](c) if "arguments" in r.call else None,
+                          r.call["signature"](c) if "signature" in r.call else None))
     results = []
     if r.results:
         for res in _listify(r.results(wire)):
@@ -582,8 +586,9 @@ def read_wire_message(prov: Provider, wire: Any) -> ReadMessage:
 
 
 def decode_call(prov: Provider, raw_id: Any, name: Any, args: Any,
-                warnings: list[str]) -> ToolCall | None:
-    """A wire call -> ToolCall (call transforms applied), or None with a warning."""
+                warnings: list[str], signature: Any = None) -> ToolCall | None:
+    """A wire call -> ToolCall (call transforms applied), or None with a warning.
+    `signature`: the provider's opaque token for the call, kept when it is text."""
     for t in prov.call_transforms:
         args = MESSAGE_TRANSFORMS[t].run(args)
     decoded = _decode_arguments(args) if args is not None else {}
@@ -594,7 +599,8 @@ def decode_call(prov: Provider, raw_id: Any, name: Any, args: Any,
         warnings.append("dropped a call without a tool name")
         return None
     return ToolCall(id=raw_id if isinstance(raw_id, str) and raw_id else None, name=name,
-                    arguments=decoded)
+                    arguments=decoded,
+                    signature=signature if isinstance(signature, str) and signature else None)
 
 
 _PART_FIELDS = ("text", "media_type", "data", "url", "file_id", "name")
@@ -714,8 +720,8 @@ def read_history(prov: Provider, wires: list[Any]) -> list[Message]:
             continue
         parts = read_blocks(prov, r.blocks(wire), where) if r.blocks is not None else []
         calls = []
-        for raw_id, name, args in rm.calls:
-            call = decode_call(prov, raw_id, name, args, warnings)
+        for raw_id, name, args, sig in rm.calls:
+            call = decode_call(prov, raw_id, name, args, warnings, sig)
             if call is None:
                 raise ParseError(f"request message holds an unreadable tool call: {warnings[-1]}")
             calls.append(call)

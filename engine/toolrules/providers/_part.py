@@ -266,7 +266,9 @@ class ProvidersPart(Part):
         first (Engine.normalize_turns); `rewrites`, a list, receives each TurnRewrite.
 
         Options with a meaning here: strict, constrained (the grammar or schema of a valid
-        call in the body, as the rule's `constrained:` section says), parallel_tool_calls,
+        call in the body, as the rule's `constrained:` section says), json_output
+        ({schema, name}: an answer that is one JSON value, held to `schema` when given, as
+        the rule's `json_output:` section asks for it), parallel_tool_calls,
         allowed_tools,
         denied_tools (masking: hidden tools are not sent), request_overrides (merged into
         the body; the provider's reserved fields are protected), transforms (extra named
@@ -286,6 +288,7 @@ class ProvidersPart(Part):
         prov = self.provider_rules(provider)
         strict = options.pop("strict", None)
         constrained = options.pop("constrained", None)
+        json_output = options.pop("json_output", None)
         parallel = options.pop("parallel_tool_calls", None)
         allowed = options.pop("allowed_tools", None)
         denied = options.pop("denied_tools", None)
@@ -354,6 +357,8 @@ class ProvidersPart(Part):
                 given = get_path(body, prov.template_kwargs_path)
                 set_path(body, prov.template_kwargs_path,
                          {**kwargs, **(given if isinstance(given, dict) else {})})
+        if json_output is not None:
+            _write_json_output(prov, body, json_output)
         if overrides:
             _apply_overrides(prov, body, overrides)
         return body
@@ -506,7 +511,8 @@ class ProvidersPart(Part):
         if not isinstance(wires, list):
             raise ParseError(f"not a request body for provider {prov.id}: no message list at "
                              f"{prov.messages_path!r}")
-        msgs.extend(read_history(prov, wires))
+        history = read_history(prov, wires)
+        msgs.extend(_unfold_signatures(history) if _folds(prov) else history)
         tools: list[Tool] = []
         read = prov.tools_read
         if "each" in read:
@@ -627,8 +633,8 @@ class ProvidersPart(Part):
                 texts.append(rm.text)
             if rm.reasoning:
                 reasoning.append(rm.reasoning)
-            for raw_id, name, args in rm.calls:
-                call = decode_call(prov, raw_id, name, args, warns)
+            for raw_id, name, args, sig in rm.calls:
+                call = decode_call(prov, raw_id, name, args, warns, sig)
                 if call is not None:
                     calls.append(finish_call(call, wt, known, warns))
         finish = prov.finish(finish_wire, bool(calls))
@@ -675,7 +681,7 @@ class ProvidersPart(Part):
         """A ParsedResponse -> a response body in `provider`'s format (for proxies).
         `usage`: {input_tokens, cached_tokens, output_tokens} for the body's usage fields
         (`usage_view`: input_tokens counts cached tokens too)."""
-        from ._front import usage_view, wire_call_id
+        from ._front import fold_signature, signature_in_id, usage_view, wire_call_id
         from ._messages import coerce_message, derived_id
         from ._rules import prune
 
@@ -695,9 +701,12 @@ class ProvidersPart(Part):
         rid = response_id or derived_id(seed, prov.id_prefix, len(prov.id_prefix) + 24)
         for i, c in enumerate(parsed.tool_calls):
             cid = wire_call_id(prov, c.id, f"{seed}:{i}")
+            if signature_in_id(prov):  # no field for it: the signature rides in the id
+                cid = fold_signature(cid, c.signature)
             opaque.add(id(c.arguments))
             calls.append({"id": cid, "name": c.name, "arguments": c.arguments,
-                          "arguments_json": c.arguments_json(), "index": i})
+                          "arguments_json": c.arguments_json(), "index": i,
+                          "signature": c.signature})
         finish = parsed.finish_reason or ("tool_calls" if calls else "stop")
         calls_view = calls or None  # null, not [], so `tool_calls[].{...}` writes nothing
         when = int(time.time()) if created is None else int(created)
@@ -750,7 +759,8 @@ class ProvidersPart(Part):
             tt = done.get(call.name)
             if tt is None or not tt.steps:
                 return call
-            return ToolCall(id=call.id, name=call.name, arguments=tt.restore(call.arguments))
+            return ToolCall(id=call.id, name=call.name, arguments=tt.restore(call.arguments),
+                            signature=call.signature)
 
         return simplified, restore
 
@@ -799,6 +809,35 @@ class ProvidersPart(Part):
 
 # ---------------------------------------------------------------- helpers
 
+def _folds(prov: Provider) -> bool:
+    from ._front import signature_in_id
+
+    return signature_in_id(prov)
+
+
+def _unfold_signatures(msgs: list[Message]) -> list[Message]:
+    """Calls and results whose ids carry a signature (`serve.signature_in_id`): the
+    signature back on the call, the ids as they were."""
+    import dataclasses
+
+    from ._front import unfold_signature
+
+    out = []
+    for m in msgs:
+        if m.tool_calls:
+            calls = []
+            for c in m.tool_calls:
+                cid, sig = unfold_signature(c.id)
+                calls.append(c if sig is None else ToolCall(cid, c.name, c.arguments, sig))
+            m = dataclasses.replace(m, tool_calls=tuple(calls))
+        elif m.role == "tool" and m.tool_call_id:
+            cid, sig = unfold_signature(m.tool_call_id)
+            if sig is not None:
+                m = dataclasses.replace(m, tool_call_id=cid)
+        out.append(m)
+    return out
+
+
 def _same_call(call: ToolCall) -> ToolCall:
     return call
 
@@ -826,6 +865,25 @@ def _join_text(value: Any) -> str | None:
     if isinstance(value, list):
         return "\n\n".join(v for v in value if isinstance(v, str)) or None
     return value if isinstance(value, str) else None
+
+
+def _write_json_output(prov: Provider, body: dict[str, Any], ask: Any) -> None:
+    """build_request's `json_output` ({schema, name}) written as the rule's `json_output:`
+    section says (body path -> expression over {schema, name}; a null value is left out)."""
+    from ._rules import Expr, set_path
+
+    table = prov.data.get("json_output")
+    if not isinstance(table, dict) or not table:
+        raise CapabilityError(f"provider {prov.id!r} cannot be asked for a JSON answer: its "
+                              "rule has no `json_output:` section")
+    if not isinstance(ask, dict):
+        raise ParseError("json_output is a mapping {schema, name}")
+    view = {"schema": ask.get("schema") if isinstance(ask.get("schema"), dict) else None,
+            "name": ask.get("name") or None}
+    for path, src in table.items():
+        value = Expr(src, f"provider {prov.id} json_output.{path}")(view)
+        if value is not None:
+            set_path(body, path, json.loads(json.dumps(value)))
 
 
 def _apply_overrides(prov: Provider, body: dict[str, Any], overrides: Any) -> None:

@@ -854,18 +854,30 @@ def _check_media(rep: Any, rf: Any, rid: str, merged: dict[str, Any]) -> None:
 
 def _root_fields(node: Any) -> set[str]:
     """The top-level body fields a JMESPath expression (parsed) reads."""
+    return {p.split(".")[0] for p in _field_paths(node)}
+
+
+def _field_paths(node: Any) -> set[str]:
+    """The body paths a JMESPath expression (parsed) reads from its root, as far as they
+    are plain fields (`generationConfig.topK`; `tools[0].x` reads `tools`)."""
     if not isinstance(node, dict):
         return set()
     kind = node.get("type")
     kids = node.get("children") or []
     if kind == "field":
         return {str(node.get("value"))}
+    if kind == "subexpression" and len(kids) == 2:
+        heads = _field_paths(kids[0])
+        tail = kids[1]
+        if tail.get("type") == "field" and kids[0].get("type") in ("field", "subexpression"):
+            return {f"{h}.{tail.get('value')}" for h in heads}
+        return heads
     if kind in ("subexpression", "index_expression", "projection", "filter_projection",
                 "value_projection", "flatten", "pipe"):
-        return _root_fields(kids[0]) if kids else set()
+        return _field_paths(kids[0]) if kids else set()
     out: set[str] = set()
     for kid in kids:
-        out |= _root_fields(kid)
+        out |= _field_paths(kid)
     return out
 
 
@@ -897,10 +909,11 @@ def _parsed(src: Any) -> Any:
 
 
 def _front_reads(merged: dict[str, Any]) -> set[str] | None:
-    """Every top-level field of a client's request that the rule's readers take in:
-    model, messages, system, tools, tool choice, parallel calls, stream, options and
-    what the stream grammar reads from the request. None when a reader does not compile
-    (reported on its own; what it reads is unknown)."""
+    """Every field of a client's request that the rule's readers take in, as body paths
+    (`messages`, `generationConfig.topK`): model, messages, system, tools, tool choice,
+    parallel calls, stream, options, a JSON answer and what the stream grammar reads from
+    the request. None when a reader does not compile (reported on its own; what it reads
+    is unknown)."""
     reads: set[str] = set()
     broken = False
     for section, key in (("request", "model"), ("messages", "path"), ("tools", "path"),
@@ -910,13 +923,14 @@ def _front_reads(merged: dict[str, Any]) -> set[str] | None:
             reads.add(path.split(".")[0])
     system = merged.get("system") or {}
     serve = merged.get("serve") or {}
-    exprs = [serve.get("stream"), serve.get("parallel"), *(serve.get("options") or {}).values()]
+    exprs = [serve.get("stream"), serve.get("parallel"), serve.get("json_output"),
+             *(serve.get("options") or {}).values()]
     if system.get("placement") == "field":
         exprs.append(system.get("read") or system.get("path"))
     for src in exprs:
         tree = _parsed(src)
         broken |= tree is None and isinstance(src, str) and bool(src)
-        reads |= _root_fields(tree)
+        reads |= _field_paths(tree)
 
     def events(value: Any) -> Iterable[Any]:
         if isinstance(value, str):
@@ -964,33 +978,70 @@ def _check_volatile(rep: Any, rf: Any, data: dict[str, Any]) -> None:
             seen.add(ident)
 
 
-def _check_fields(rep: Any, rf: Any, rid: str, data: dict[str, Any],
-                  merged: dict[str, Any]) -> None:
-    """A served API accounts for every top-level field of a request (`serve.fields`):
-    each case reads, ignores with a reason or refuses with one; every field the rule's
-    readers take in is `read`, and nothing is listed as `read` that no reader takes."""
-    own = (data.get("serve") or {}).get("fields") if isinstance(data.get("serve"), dict) else None
-    for name, value in (own.items() if isinstance(own, dict) else ()):
+_CASE_KEYS = {"when", "ignore", "refuse", "read", "fields"}
+
+
+def _case_reads(case: Any) -> bool:
+    return case == "read" or (isinstance(case, dict) and (
+        case.get("read") is True or isinstance(case.get("fields"), dict)))
+
+
+def _check_cases(rep: Any, rf: Any, table: Any, where: tuple[Any, ...], prefix: str) -> None:
+    """Each case of a `serve.fields` table (and of the tables nested in it) reads, ignores
+    with a reason or refuses with one, optionally `when` an expression holds."""
+    for name, value in (table.items() if isinstance(table, dict) else ()):
+        label = prefix + str(name)
         for i, case in enumerate(_field_cases(value)):
-            where = ("serve", "fields", name, i) if isinstance(value, list) else \
-                ("serve", "fields", name)
+            here = (*where, name, i) if isinstance(value, list) else (*where, name)
             if case == "read":
                 continue
             if not isinstance(case, dict):
-                rep.error(rf, where, f"field {name!r}: a case is `read` or a mapping "
-                          "{when?, ignore | refuse}", "provider-fields")
+                rep.error(rf, here, f"field {label!r}: a case is `read` or a mapping "
+                          "{when?, ignore | refuse | read: true | fields}", "provider-fields")
                 continue
             actions = [k for k in ("ignore", "refuse") if isinstance(case.get(k), str)
                        and case[k].strip()]
-            extra = sorted(set(case) - {"when", "ignore", "refuse"})
+            actions += ["read"] if case.get("read") is True else []
+            actions += ["fields"] if isinstance(case.get("fields"), dict) else []
+            extra = sorted(set(case) - _CASE_KEYS)
             if len(actions) != 1 or extra:
-                rep.error(rf, where, f"field {name!r}: a case has exactly one of `ignore` "
-                          "or `refuse` (a reason), and optionally `when`"
+                rep.error(rf, here, f"field {label!r}: a case has exactly one of `ignore` or "
+                          "`refuse` (a reason), `read: true` or `fields` (its own fields "
+                          "accounted for), and optionally `when`"
                           + (f"; unknown keys {extra}" if extra else ""), "provider-fields")
             when = case.get("when")
             if when is not None and _parsed(when) is None:
-                rep.error(rf, where + ("when",), f"field {name!r}: `when` is not a valid "
+                rep.error(rf, (*here, "when"), f"field {label!r}: `when` is not a valid "
                           f"JMESPath expression: {when!r}", "provider-fields")
+            if isinstance(case.get("fields"), dict):
+                _check_cases(rep, rf, case["fields"], (*here, "fields"), label + ".")
+
+
+def _read_paths(table: dict[str, Any], prefix: str = "") -> tuple[set[str], set[str]]:
+    """(fields listed as read, objects read field by field) of a `serve.fields` table, as
+    body paths."""
+    marked: set[str] = set()
+    nested: set[str] = set()
+    for name, value in table.items():
+        path = prefix + str(name)
+        for case in _field_cases(value):
+            if _case_reads(case):
+                marked.add(path)
+            if isinstance(case, dict) and isinstance(case.get("fields"), dict):
+                nested.add(path)
+                sub_marked, sub_nested = _read_paths(case["fields"], path + ".")
+                marked |= sub_marked
+                nested |= sub_nested
+    return marked, nested
+
+
+def _check_fields(rep: Any, rf: Any, rid: str, data: dict[str, Any],
+                  merged: dict[str, Any]) -> None:
+    """A served API accounts for every field of a request (`serve.fields`): each case
+    reads, ignores with a reason or refuses with one; every field the rule's readers take
+    in is `read`, and nothing is listed as `read` that no reader takes."""
+    own = (data.get("serve") or {}).get("fields") if isinstance(data.get("serve"), dict) else None
+    _check_cases(rep, rf, own, ("serve", "fields"), "")
     serve = merged.get("serve") or {}
     if not serve.get("path"):
         return
@@ -1000,17 +1051,27 @@ def _check_fields(rep: Any, rf: Any, rid: str, data: dict[str, Any],
                   "no `serve.fields`: top-level request fields no rule reads would be "
                   "dropped unseen", "provider-fields")
         return
-    marked = {k for k, v in fields.items() if "read" in _field_cases(v)}
-    reads = _front_reads(merged)
-    if reads is None:
+    marked, nested = _read_paths(fields)
+    paths = _front_reads(merged)
+    if paths is None:
         return
+    # a read path counts for the field the table accounts for: the longest listed prefix
+    # of an object read field by field, else the top-level field
+    reads: set[str] = set()
+    for path in paths:
+        parts = path.split(".")
+        name = parts[0]
+        for i in range(1, len(parts)):
+            if ".".join(parts[:i]) in nested:
+                name = ".".join(parts[:i + 1])
+        reads.add(name)
     for name in sorted(reads - marked):
         rep.error(rf, ("serve", "fields"), f"provider {rid!r}: the request field {name!r} is "
                   "read (model, messages, system, tools, serve.options ...) but "
                   "`serve.fields` does not list it as `read`", "provider-fields")
-    for name in sorted(marked - reads):
-        rep.error(rf, ("serve", "fields", name), f"provider {rid!r}: the request field "
-                  f"{name!r} is listed as `read`, but no rule reads it (add it to "
+    for name in sorted(marked - reads - nested):
+        rep.error(rf, ("serve", "fields", name.split(".")[0]), f"provider {rid!r}: the request "
+                  f"field {name!r} is listed as `read`, but no rule reads it (add it to "
                   "`serve.options`, or ignore or refuse it with a reason): it would be "
                   "dropped unseen", "provider-fields")
 

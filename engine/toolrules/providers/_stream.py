@@ -43,6 +43,7 @@ class _Call:
     size: int = 0
     whole: Any = None
     done: bool = False
+    signature: str | None = None
 
 
 class ProviderStream:
@@ -153,6 +154,10 @@ class ProviderStream:
                 value = spec["id"](item)
                 if isinstance(value, str) and value:
                     call.id = value
+            if "signature" in spec and call.signature is None:
+                value = spec["signature"](item)
+                if isinstance(value, str) and value:
+                    call.signature = value
             if "name" in spec and not call.name:
                 value = spec["name"](item)
                 if isinstance(value, str) and value:
@@ -188,7 +193,7 @@ class ProviderStream:
         call.done = True
         args: Any = call.whole if call.whole is not None else (
             "".join(call.parts) if call.parts else None)
-        tc = decode_call(self._prov, call.id, call.name, args, self._warnings)
+        tc = decode_call(self._prov, call.id, call.name, args, self._warnings, call.signature)
         if tc is None:
             return
         tc = finish_call(tc, self._tools, self._known, self._warnings)

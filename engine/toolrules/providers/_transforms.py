@@ -415,6 +415,26 @@ def _keep_keywords(work: Work, p: dict[str, Any]) -> None:
     _walk_drop(work, lambda k: k not in keep, p.get("describe", ()))
 
 
+@_op("rename_keywords",
+     "Rename keywords wherever they appear in a schema position, before anything else "
+     "reads them (property *names* are never touched): another spelling of the same "
+     "keyword, e.g. the proto field names an API also accepts (`any_of` for `anyOf`).",
+     {"keywords": {"type": "dict", "required": True, "keysrules": {"type": "string"},
+                   "valuesrules": {"type": "string"},
+                   "meta": {"doc": "keyword as written -> keyword as read"}}},
+     "{op: rename_keywords, keywords: {any_of: anyOf, max_items: maxItems}}")
+def _rename_keywords(work: Work, p: dict[str, Any]) -> None:
+    table = p["keywords"]
+
+    def visit(node: dict[str, Any], _path: str, _args: ArgsPath) -> dict[str, Any]:
+        if any(k in table for k in node):
+            node = {table.get(k, k) if table.get(k, k) not in node else k: v
+                    for k, v in node.items()}
+        return node
+
+    work.schema = rewrite(work.schema, visit)
+
+
 @_op("drop_additional_properties",
      "Remove `additionalProperties` everywhere (weak models and some providers trip "
      "over it).")

@@ -65,7 +65,9 @@ _READER = _section("how to read one wire message (request history or response) i
     "reasoning": _expr("reasoning/thinking text: a string or a list of strings",
                        "reasoning: reasoning_content"),
     "calls": _expr("the list of tool calls in this message", "calls: tool_calls"),
-    "call": _exprs("fields of one call: id, name, arguments (JSON text or object)",
+    "call": _exprs("fields of one call: id, name, arguments (JSON text or object), and "
+                   "signature - an opaque token the provider issued with the call that must "
+                   "go back with it (ToolCall.signature; writers see it as `signature`)",
                    "call: {id: id, name: function.name, arguments: function.arguments}"),
     "results": _expr("the list of tool results in this message",
                      "results: \"[@][?role=='tool']\""),
@@ -171,6 +173,8 @@ _STREAM_EVENT = {"type": "dict", "schema": {
         "name": _expr("tool name", "name: function.name"),
         "args": _expr("arguments: a JSON text fragment, or a whole object",
                       "args: function.arguments"),
+        "signature": _expr("the provider's opaque token for the call (ToolCall.signature)",
+                           "signature: thoughtSignature"),
         "complete": _bool("the call arrives whole in this event"),
     }},
     "end": _expr("the key of a call that is now complete", "end: index"),
@@ -286,10 +290,39 @@ _BLOCK = {"type": "dict", "nullable": True, **_doc(
 _SERVE = _section("how a proxy serves this API to its clients (toolrules serve): the "
                   "endpoint, reading the client's request, error bodies and the stream's "
                   "event grammar", {
-    "path": _str("the endpoint path", "path: /v1/chat/completions"),
+    "path": _str("the endpoint path; `{name}` is a path parameter (one segment; "
+                 "`{name:path}` may hold slashes), see `model_param`",
+                 "path: /v1/chat/completions"),
+    "stream_path": _str("a second endpoint that streams every answer (the API says \"stream\" "
+                        "by its path, not by a body field)",
+                        "stream_path: /v1beta/models/{model}:streamGenerateContent"),
+    "stream_query": {"type": "dict", "nullable": True, "keysrules": {"type": "string"},
+                     "valuesrules": {"type": "string"}, **_doc(
+                         "query parameters a request to `stream_path` must carry (another "
+                         "value asks for a framing the proxy does not write: a 400 says so)",
+                         "stream_query: {alt: sse}")},
+    "versions": _strlist("other API versions the same endpoints answer under: every path "
+                         "of this section also with its first segment replaced by each",
+                         "versions: [v1]"),
+    "model_param": _str("the path parameter naming the model the client asks for (default: "
+                        "the body field `request.model` names)", "model_param: model"),
     "keys": _strlist("request headers that may carry the client's API key, first present "
                      "wins; a `Bearer ` prefix is dropped", "keys: [authorization, x-api-key]"),
+    "signature_in_id": _bool("this API has no field for a call's signature (the opaque token a "
+                             "provider issues with a call and wants back with it: Gemini's "
+                             "thoughtSignature), so it travels in the call's id - the id, "
+                             "`__sig_`, the signature in URL-safe base64 - and is read back "
+                             "from the ids of the call and its result in later requests"),
+    "key_query": _strlist("query parameters that may carry the client's API key, when no "
+                          "header of `keys` does", "key_query: [key]"),
     "stream": _expr("over the client's body: does it ask for a stream", "stream: stream"),
+    "json_output": _expr("over the client's body: {schema, name} when the client asks for an "
+                         "answer that is one JSON value (schema: a JSON Schema, read like tool "
+                         "parameters with `tools.read.pipeline`, or null), else null. The "
+                         "upstream is asked in its own terms (its rule's `json_output:`), or "
+                         "by the prompt, and the answer is validated before the client sees "
+                         "it", "json_output: \"response_format.type == 'json_schema' && "
+                         "{schema: response_format.json_schema.schema} || null\""),
     "options": _exprs("build_request option -> expression reading it from the client's body",
                       "options: {max_tokens: \"max_completion_tokens || max_tokens\"}"),
     "parallel": _expr("over the client's body: parallel tool calls allowed (true/false/null)",
@@ -303,8 +336,10 @@ _SERVE = _section("how a proxy serves this API to its clients (toolrules serve):
                       "to the upstream), {ignore: reason} (no effect on the answer) or "
                       "{refuse: reason} (a 400 naming the field, why and what to do), each "
                       "optionally `when` an expression over the body holds; a list is tried "
-                      "in order. A field not listed - or listed with no case that holds - "
-                      "is refused: nothing is dropped unseen. Null values pass",
+                      "in order. A case {fields: {...}} reads an object whose own fields are "
+                      "accounted for the same way (`generationConfig.topK`). A field not "
+                      "listed - or listed with no case that holds - is refused: nothing is "
+                      "dropped unseen. Null values pass",
                       "fields: {model: read, metadata: {ignore: labels only}, n: [{when: "
                       "\"n == `1`\", ignore: one answer}, {refuse: one answer only}]}")},
     "volatile": {"type": "list", "nullable": True, **_doc(
@@ -336,6 +371,9 @@ _SERVE = _section("how a proxy serves this API to its clients (toolrules serve):
         }}},
     "count_tokens": _section("a token-count endpoint (an estimate)", {
         "path": _str("its path", "path: /v1/messages/count_tokens"),
+        "request": _expr("over the count body: the request whose prompt is counted "
+                         "(default: the body itself)",
+                         "request: \"generateContentRequest || @\""),
         "body": _expr("the answer; view: {tokens}", "body: \"{input_tokens: tokens}\""),
     }),
     "models": _section("the model list (GET /v1/models)", {
@@ -568,6 +606,14 @@ PROVIDER_SCHEMA: dict[str, Any] = {
                            "(the tools' strict schema mode); omit: unsupported",
                            "native: strict", allowed=["strict"]),
         }),
+    "json_output": {**_exprs(
+        "build_request(..., json_output={schema, name}): asking for an answer that is one "
+        "JSON value, held to `schema` (a JSON Schema, or null: any JSON) - body path -> "
+        "expression over {schema, name}; a null value is not written. Without this "
+        "section toolrules serve asks in the prompt",
+        "json_output: {response_format: \"schema && {type: 'json_schema', json_schema: "
+        "{name: name || 'answer', schema: schema}} || {type: 'json_object'}\"}"),
+        "nullable": True},
     "notes": _str("free text"),
 }
 

@@ -155,6 +155,14 @@ SERVE_SCHEMA: dict[str, Any] = {
     "messages": _section("texts the proxy writes to the upstream model", {
         "held_call": _str("the result sent for a valid call while the invalid calls of the "
                           "same answer are fixed", "held_call: 'Not run: fix the other calls.'"),
+        "json_output": _str("the instruction added to the prompt when a client asks for a "
+                            "JSON answer and the route's upstream API has no way to ask for "
+                            "one (its provider rule has no `json_output:`); {schema}: the "
+                            "schema's JSON text", "json_output: 'Answer with JSON only, "
+                            "valid against: {schema}'"),
+        "json_retry": _str("sent back after an answer that is not the JSON the client "
+                           "asked for (checked before the client sees it); {error}: what is "
+                           "wrong", "json_retry: 'Not valid: {error}. Answer again.'"),
     }),
     "routes": {"type": "list", "schema": _ROUTE, **_doc(
         "public model name (or pattern) -> upstream; the first matching route wins",

@@ -154,10 +154,11 @@ class ServeApp:
 
     # ------------------------------------------------------------ helpers
 
-    def _authorized(self, front: Any, headers: Mapping[str, str]) -> bool:
+    def _authorized(self, front: Any, headers: Mapping[str, str],
+                    query: Mapping[str, str] | None = None) -> bool:
         if not self.api_keys:
             return True
-        given = (front.client_key(headers) or "").encode()
+        given = (front.client_key(headers, query) or "").encode()
         ok = False
         for key in self.api_keys:  # every key compared: the time says nothing about which
             ok |= hmac.compare_digest(given, key)
@@ -203,13 +204,13 @@ class ServeApp:
 
     # ------------------------------------------------------------ the API endpoints
 
-    async def handle(self, request: Any, front: Any) -> Any:
+    async def handle(self, request: Any, front: Any, streamed: bool = False) -> Any:
         # every reply is read under the parse deadline: a reply that takes too long to
         # read ends its request, and the worker goes on serving the others
         with parse_deadline(self.config.server.parse_timeout or None):
-            return await self._handle(request, front)
+            return await self._handle(request, front, streamed)
 
-    async def _handle(self, request: Any, front: Any) -> Any:
+    async def _handle(self, request: Any, front: Any, streamed: bool = False) -> Any:
         from starlette.responses import Response
 
         started = time.perf_counter()
@@ -219,12 +220,15 @@ class ServeApp:
                                 "front": front.provider}
         stream = False
         try:
-            if not self._authorized(front, request.headers):
+            if not self._authorized(front, request.headers, request.query_params):
                 raise _Reject(401, "invalid or missing API key")
             body = await self._body(request)
-            stream = front.wants_stream(body)
+            # a stream endpoint (`serve.stream_path`) streams every answer
+            stream = streamed or front.wants_stream(body)
+            if streamed and (problem := front.stream_query_problem(request.query_params)):
+                raise _Reject(400, problem)
             info["stream"] = stream
-            requested = body.get(front.model_path or "model")
+            requested = front.requested_model(body, request.path_params)
             info["model"] = requested if isinstance(requested, str) else None
             route = self.config.route(requested)
             if route is None:
@@ -261,7 +265,9 @@ class ServeApp:
                 info["omitted"] = omitted
             ex = Exchange(route=route, client=client, messages=msgs, tools=tools, choice=choice,
                           options=options_for(front, upstream_options, body),
-                          held_call=self.config.held_call, trace=trace, rewrites=volatile)
+                          held_call=self.config.held_call, trace=trace, rewrites=volatile,
+                          json_output=front.read_json_output(body),
+                          json_texts=self.config.json_output)
             info["mode"] = "native" if ex.native else "emulated"
             if trace is not None:
                 cap = route.engine.capability(ex.model_id)
@@ -286,7 +292,7 @@ class ServeApp:
                 if trace is not None:
                     trace.close()
             # the upstream's own counts where it reported them, else estimates
-            usage = {**self._usage(body, parsed), **(ex.outcome.usage or {})}
+            usage = {**self._usage(body, parsed, front), **(ex.outcome.usage or {})}
             out = self.engine.build_response(parsed, front.provider, model=requested,
                                              usage=usage)
             self._outcome(info, ex)
@@ -368,9 +374,10 @@ class ServeApp:
         if seen.share is not None:
             info["prefix_share"] = round(seen.share, 4)
 
-    def _usage(self, body: Mapping[str, Any], parsed: ParsedResponse | None) -> dict[str, int]:
+    def _usage(self, body: Mapping[str, Any], parsed: ParsedResponse | None,
+               front: Any = None) -> dict[str, int]:
         cpt = self.config.server.chars_per_token
-        usage = {"input_tokens": self._input_tokens(body)}
+        usage = {"input_tokens": self._input_tokens(body, front)}
         if parsed is not None:
             out = estimate_tokens(parsed.content, cpt) + estimate_tokens(
                 parsed.reasoning_content, cpt) + sum(
@@ -378,10 +385,13 @@ class ServeApp:
             usage["output_tokens"] = out
         return usage
 
-    def _input_tokens(self, body: Mapping[str, Any]) -> int:
+    def _input_tokens(self, body: Mapping[str, Any], front: Any = None) -> int:
+        """An estimate from the body fields that hold the prompt (the front's rule says
+        which: messages, system, tools)."""
         cpt = self.config.server.chars_per_token
-        return sum(estimate_tokens(body.get(k), cpt)
-                   for k in ("system", "instructions", "messages", "input", "tools"))
+        keys = front.prompt_fields if front is not None and front.prompt_fields else (
+            "system", "instructions", "messages", "input", "tools")
+        return sum(estimate_tokens(body.get(k), cpt) for k in keys)
 
     async def _stream(self, front: Any, ex: Exchange, body: Mapping[str, Any], requested: str,
                       info: dict[str, Any], started: float, trace: Any) -> Any:
@@ -419,7 +429,7 @@ class ServeApp:
             lambda parsed, usage: self.engine.build_response(
                 parsed, front.provider, model=requested, response_id=rid, usage=usage),
             response_id=rid, model=requested, request=body,
-            usage={"input_tokens": self._input_tokens(body)})
+            usage={"input_tokens": self._input_tokens(body, front)})
         return StreamingResponse(
             self._sse(front, ex, events, producer, queue, first, writer, body, info, started,
                       trace),
@@ -470,7 +480,7 @@ class ServeApp:
                 elif kind == "call":
                     yield writer.tool_call(value)
                 elif kind == "done":
-                    usage = {**self._usage(body, value), **(ex.outcome.usage or {})}
+                    usage = {**self._usage(body, value, front), **(ex.outcome.usage or {})}
                     yield writer.finish(value, usage)
         except ProviderError as exc:
             failure = upstream_failure(exc)
@@ -502,7 +512,7 @@ class ServeApp:
     # ------------------------------------------------------------ the other endpoints
 
     def _front_for(self, headers: Mapping[str, str], path: str) -> Any:
-        fronts = [f for f in self.fronts if f.models_path == path]
+        fronts = [f for f in self.fronts if path in f.served(f.models_path)]
         for f in fronts:
             if f.models_header and f.models_header in headers:
                 return f
@@ -513,7 +523,7 @@ class ServeApp:
         from starlette.responses import JSONResponse
 
         front = self._front_for(request.headers, request.url.path)
-        if not self._authorized(front, request.headers):
+        if not self._authorized(front, request.headers, request.query_params):
             return self._error_response(front, _Reject(401, "invalid or missing API key"))
         return JSONResponse(front.models(await self.model_list()))
 
@@ -561,12 +571,13 @@ class ServeApp:
         from starlette.responses import JSONResponse
 
         try:
-            if not self._authorized(front, request.headers):
+            if not self._authorized(front, request.headers, request.query_params):
                 raise _Reject(401, "invalid or missing API key")
             body = await self._body(request)
         except _Reject as rej:
             return self._error_response(front, rej)
-        return JSONResponse(front.count_tokens(self._input_tokens(body)))
+        return JSONResponse(front.count_tokens(self._input_tokens(front.counted(body),
+                                                                  front)))
 
     async def health(self, request: Any) -> Any:
         from starlette.responses import JSONResponse
@@ -585,14 +596,17 @@ def create_app(engine: Any, config: ServeConfig, *, api_keys: Iterable[str] = ()
     routes = []
     model_paths: set[str] = set()
     for front in state.fronts:
-        if front.path:
-            routes.append(HttpRoute(front.path, _bind(state.handle, front), methods=["POST"]))
-        if front.count_tokens_path:
-            routes.append(HttpRoute(front.count_tokens_path, _bind(state.count_tokens, front),
+        for path in front.served(front.path):
+            routes.append(HttpRoute(path, _bind(state.handle, front), methods=["POST"]))
+        for path in front.served(front.stream_path):  # every answer here is streamed
+            routes.append(HttpRoute(path, _bind(state.handle, front, streamed=True),
                                     methods=["POST"]))
-        if front.models_path and front.models_path not in model_paths:
-            model_paths.add(front.models_path)
-            routes.append(HttpRoute(front.models_path, state.models, methods=["GET"]))
+        for path in front.served(front.count_tokens_path):
+            routes.append(HttpRoute(path, _bind(state.count_tokens, front), methods=["POST"]))
+        for path in front.served(front.models_path):
+            if path not in model_paths:
+                model_paths.add(path)
+                routes.append(HttpRoute(path, state.models, methods=["GET"]))
     routes.append(HttpRoute("/health", state.health, methods=["GET"]))
 
     @contextlib.asynccontextmanager
@@ -605,7 +619,7 @@ def create_app(engine: Any, config: ServeConfig, *, api_keys: Iterable[str] = ()
     return app
 
 
-def _bind(handler: Any, front: Any) -> Any:
+def _bind(handler: Any, front: Any, **kw: Any) -> Any:
     async def endpoint(request: Any) -> Any:
-        return await handler(request, front)
+        return await handler(request, front, **kw)
     return endpoint

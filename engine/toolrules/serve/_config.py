@@ -21,6 +21,7 @@ from typing import Any
 from .._errors import CapabilityError, Problem, RuleError, ToolrulesError
 from ..rules._loader import RuleFile, RuleSet
 from ..rules._serve_rules import DEFAULT_ID, check_config, merge_config
+from ._exchange import JsonTexts
 
 __all__ = ["Route", "RouteTemplate", "RouteTools", "ServeConfig", "ServerSettings", "Upstream",
            "ask_template", "load_config"]
@@ -178,6 +179,8 @@ class ServeConfig:
     routes: tuple[Route, ...]
     held_call: str
     source: str
+    json_output: JsonTexts = field(default_factory=JsonTexts)
+    """What the proxy writes to the upstream model about a JSON answer (`messages`)."""
 
     def route(self, model: str | None) -> Route | None:
         """The first route whose name or pattern matches `model`."""
@@ -399,4 +402,7 @@ def load_config(engine: Any, path: str | os.PathLike[str] | None = None, *,
     return ServeConfig(fronts=tuple(data.get("fronts") or ()), server=server,
                        routes=tuple(routes),
                        held_call=" ".join(str(messages.get("held_call") or "").split()),
-                       source=source)
+                       source=source, json_output=JsonTexts(**{
+                           k: " ".join(str(messages[m]).split())
+                           for k, m in (("ask", "json_output"), ("retry", "json_retry"))
+                           if messages.get(m)}))

@@ -8,6 +8,13 @@ prompt and the history rewritten as text; the answer is read with the model's di
 an emulated model with a schema strategy the prompt shows the simplified schemas, and
 the calls are restored to the original shape before anything else sees them.
 
+A client that asks for a JSON answer (`json_output`: {schema, name}) has it asked of the
+upstream in the upstream's own terms (its rule's `json_output:` section, e.g. a
+json_schema response format) - or, when its API has none, by an instruction in the
+prompt - and the answer is checked before the client sees it: the JSON value is taken
+out of any prose or code fence around it and validated against the schema; an invalid
+answer goes back once with what is wrong (or as often as the route's retries say).
+
 Then, in order: the text fallback (prose read as a call, only when the route asks),
 validation against the ORIGINAL schemas and, when the route allows retries, a retry:
 the invalid calls go back upstream with the feedback template (valid ones with the
@@ -19,6 +26,7 @@ text of a retry only reaches the client when no text was sent before.
 from __future__ import annotations
 
 import json
+import re
 import time
 import uuid
 from collections.abc import AsyncGenerator, Mapping
@@ -28,7 +36,7 @@ from typing import Any
 from .._errors import CapabilityError, ToolrulesError
 from .._types import Message, ParsedResponse, StreamChunkType, Tool, ToolCall
 
-__all__ = ["Exchange", "Outcome", "unwritable_options"]
+__all__ = ["Exchange", "JsonTexts", "Outcome", "unwritable_options"]
 
 _T = StreamChunkType
 
@@ -49,6 +57,19 @@ class Outcome:
     validation retry added to it)."""
 
 
+@dataclass(frozen=True)
+class JsonTexts:
+    """What the proxy writes to the upstream model about a JSON answer (the serve
+    configuration's `messages`): `ask` when the upstream's API cannot be asked for JSON
+    ({schema}: the schema, or "any JSON value"), `retry` after an invalid answer
+    ({error}: what is wrong)."""
+
+    ask: str = ("Answer with one JSON value and nothing else (no prose, no code fence). "
+                "It must validate against this JSON Schema: {schema}")
+    retry: str = ("That answer is not what was asked for: {error}. Answer again with the "
+                  "JSON value alone, fixed.")
+
+
 def _call_id(n: int | None = None) -> str:
     """A fresh call id (`n`: a numbered one, for reproducible output)."""
     return f"call_{n}" if n is not None else "call_" + uuid.uuid4().hex[:24]
@@ -62,7 +83,9 @@ class Exchange:
     def __init__(self, *, route: Any, client: Any, messages: list[Message], tools: list[Tool],
                  choice: Any, options: dict[str, Any], held_call: str,
                  trace: Any = None, numbered_ids: bool = False,
-                 rewrites: list[dict[str, Any]] | None = None):
+                 rewrites: list[dict[str, Any]] | None = None,
+                 json_output: dict[str, Any] | None = None,
+                 json_texts: JsonTexts | None = None):
         self.route = route
         self.engine = route.engine
         self.client = client
@@ -98,6 +121,22 @@ class Exchange:
             self.validate = bool(eng.capability(self.model_id).validate_retry)
             self.max_attempts = None
         self.text_fallback = bool(route.tools.text_fallback)
+        self.json_output = json_output
+        self.json_texts = json_texts or JsonTexts()
+        self._json_native = False
+        if json_output is not None:
+            # asked in the upstream API's own terms when its rule says how, else by prompt
+            rules = eng.provider_rules(client.provider).data.get("json_output")
+            self._json_native = isinstance(rules, dict) and bool(rules)
+            if not self._json_native:
+                schema = json_output.get("schema")
+                ask = self.json_texts.ask.replace("{schema}", json.dumps(
+                    schema, ensure_ascii=False) if schema else "any JSON value")
+                lead = 0
+                while lead < len(messages) and messages[lead].role == "system":
+                    lead += 1
+                self.messages = [*messages[:lead], Message(role="system", content=ask),
+                                 *messages[lead:]]
 
     # ------------------------------------------------------------ set-up
 
@@ -135,7 +174,7 @@ class Exchange:
                 if self._numbered is not None:
                     self._numbered += 1
             taken.add(cid)
-            out.append(c if cid == c.id else ToolCall(cid, c.name, c.arguments))
+            out.append(c if cid == c.id else ToolCall(cid, c.name, c.arguments, c.signature))
         return out
 
     def _check(self, calls: list[ToolCall], attempt: int) -> list[Message] | None:
@@ -202,7 +241,30 @@ class Exchange:
             # the upstream rule's `constrained:` section: a grammar or schema of a valid
             # call for an emulated model, strict schemas for a native one
             opts["constrained"] = True
+        if self._json_native and self.json_output is not None:
+            opts["json_output"] = self.json_output
         return opts
+
+    # ------------------------------------------------------------ JSON answers
+
+    def _json_check(self, text: str | None, calls: list[ToolCall], attempt: int
+                    ) -> tuple[str | None, list[Message] | None]:
+        """(the answer's text - the JSON value alone when one was found -, the messages
+        asking for a fix or None). Only a JSON answer without calls is checked."""
+        if self.json_output is None or calls:
+            return text, None
+        value, clean, problem = read_json_answer(text, self.json_output.get("schema"),
+                                                 self.engine)
+        if problem is None:
+            return clean, None
+        self.outcome.invalid += 1
+        retries = self.route.tools.validation_retries
+        if attempt > (1 if retries is None else max(0, int(retries))):
+            self.outcome.warnings.append(f"json-output-invalid: {problem}")
+            return clean if value is not None else text, None
+        return text, [Message(role="assistant", content=text or ""),
+                      Message(role="user", content=self.json_texts.retry.replace(
+                          "{error}", problem))]
 
     async def complete(self) -> ParsedResponse:
         """The whole answer, after any validation retries."""
@@ -219,9 +281,13 @@ class Exchange:
             self._turn(attempt, msgs, parsed, started, False)
             self.outcome.attempts = attempt
             self._count(parsed)
-            content = content or parsed.content
             reasoning = reasoning or parsed.reasoning_content
             calls = self._final_calls(parsed, taken)
+            text, json_fix = self._json_check(parsed.content, calls, attempt)
+            if json_fix is not None:
+                msgs = [*msgs, *json_fix]
+                continue
+            content = text if self.json_output is not None else content or parsed.content
             fix = self._check(calls, attempt)
             if fix is None:
                 return self._done(content, reasoning, calls, parsed)
@@ -242,7 +308,9 @@ class Exchange:
             attempt += 1
             started = time.perf_counter()
             client = self.client  # this request's own client view: its own last_response
-            had_text, had_reasoning = bool(sent_text), bool(sent_reasoning)
+            # a JSON answer is held back until it is checked
+            had_text = bool(sent_text) or self.json_output is not None
+            had_reasoning = bool(sent_reasoning)
             async for chunk in client.stream(msgs, self.sent_tools or None, self.choice,
                                              **self._request_options()):
                 kind = chunk.type
@@ -257,6 +325,14 @@ class Exchange:
             self._turn(attempt, msgs, parsed, started, True)
             self.outcome.attempts = attempt
             calls = self._final_calls(parsed, taken)
+            if self.json_output is not None:
+                text, json_fix = self._json_check(parsed.content, calls, attempt)
+                if json_fix is not None:
+                    msgs = [*msgs, *json_fix]
+                    continue
+                if text:
+                    sent_text = [text]
+                    yield "text", text
             fix = self._check(calls, attempt)
             if fix is None:
                 for c in calls:
@@ -286,6 +362,48 @@ class Exchange:
                             "calls": list(calls), "finish_reason": final.finish_reason,
                             "attempts": self.outcome.attempts, "invalid": self.outcome.invalid})
         return final
+
+
+_FENCE = re.compile(r"```[a-zA-Z0-9_-]*[ \t]*\n?(.*?)```", re.S)
+
+
+def read_json_answer(text: str | None, schema: Any, engine: Any
+                     ) -> tuple[Any, str | None, str | None]:
+    """(value, its JSON text, problem) for an answer that should be one JSON value: the
+    value is taken from the whole text, else from a code fence, else from the first `{`
+    or `[` on; `problem` says what is wrong (no JSON, or where it breaks the schema)."""
+    from ..calls._validation import path_text, validation_rules
+
+    raw = (text or "").strip()
+    candidates = [raw, *(m.group(1).strip() for m in _FENCE.finditer(raw))]
+    starts = [i for i in (raw.find("{"), raw.find("[")) if i >= 0]
+    if starts:
+        candidates.append(raw[min(starts):])
+    decoder = json.JSONDecoder()
+    found: tuple[Any, str] | None = None
+    for cand in candidates:
+        try:
+            value, end = decoder.raw_decode(cand)
+        except ValueError:
+            continue
+        if cand is raw and cand[end:].strip():
+            continue  # the whole text is more than one value: look inside it
+        found = (value, cand[:end])
+        break
+    if found is None:
+        return None, None, "it holds no JSON value" if raw else "it is empty"
+    value, clean = found
+    if isinstance(schema, dict) and schema:
+        try:
+            validator = validation_rules(engine).validator(schema)
+        except ToolrulesError:
+            return value, clean, None  # a schema jsonschema cannot use: the value stands
+        errors = sorted(validator.iter_errors(value), key=lambda e: len(list(e.path)))
+        if errors:
+            err = errors[0]
+            where = path_text(err.absolute_path) or "the value"
+            return value, clean, f"at {where}: {err.message[:300]}"
+    return value, clean, None
 
 
 def estimate_tokens(value: Any, chars_per_token: float) -> int:

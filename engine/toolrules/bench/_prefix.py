@@ -65,7 +65,8 @@ CONTEXT = 30  # characters each side of a first difference (60 around it)
 
 # ---------------------------------------------------------------- rendering as a server does
 
-def render_like_server(template: Any, body: Mapping[str, Any]) -> str:
+def render_like_server(template: Any, body: Mapping[str, Any], *, bos_token: str = BOS,
+                       eos_token: str = EOS) -> str:
     """The prompt llama-server (--jinja) or vLLM renders for a chat-completions body:
     the messages as sent (call arguments decoded to objects), the tools as sent, each
     `chat_template_kwargs` entry as a template variable, the generation prompt."""
@@ -86,7 +87,7 @@ def render_like_server(template: Any, body: Mapping[str, Any]) -> str:
     context: dict[str, Any] = dict(kwargs) if isinstance(kwargs, dict) else {}
     context.update(messages=messages, tools=body.get("tools") or None,
                    add_generation_prompt=body.get("add_generation_prompt", True),
-                   bos_token=BOS, eos_token=EOS)
+                   bos_token=bos_token, eos_token=eos_token)
     return render_chat_template(template, context)
 
 

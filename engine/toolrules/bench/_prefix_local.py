@@ -58,30 +58,41 @@ class LocalTurn:
     seq: int
     after: str
     """`first request`, `tool result` or `user prompt`."""
-    prompt_tokens: int | None
-    """The model's prompt: tokens of the rendered prompt."""
-    evaluated: int | None
-    """Of those, decoded for this request (llama.cpp's perf counters)."""
-    reused: int | None
-    """The prefix llama-cpp-python kept from its previous evaluation."""
+    upstream: tuple[tuple[int, int, int], ...]
+    """Per upstream request the turn made (a validation retry makes more): prompt tokens
+    of the rendered prompt, those decoded for it (llama.cpp's perf counters), and the
+    prefix llama-cpp-python kept from its previous evaluation."""
     client_prompt: int | None
     client_cached: int | None
+    """The prompt and cached tokens the client is told (the proxy adds a retry's up)."""
     texts: int = 0
     missing: tuple[str, ...] = ()
     """Client texts (system, developer, user, tool results, arguments) not in the prompt."""
     missing_system: tuple[str, ...] = ()
-    upstream_requests: int = 1
     note: str = ""
 
     @property
+    def prompt_tokens(self) -> int | None:
+        return self.upstream[0][0] if self.upstream else None
+
+    @property
+    def evaluated(self) -> int | None:
+        return self.upstream[0][1] if self.upstream else None
+
+    @property
+    def reused(self) -> int | None:
+        return self.upstream[0][2] if self.upstream else None
+
+    @property
     def agrees(self) -> bool:
-        """The client is told what the model did: evaluated + cached == prompt tokens on
-        both sides, and the cached figure is the prefix the model reused."""
-        return (self.evaluated is not None and self.client_cached is not None
-                and self.prompt_tokens is not None
-                and self.client_prompt == self.prompt_tokens
-                and self.evaluated + self.client_cached == self.prompt_tokens
-                and self.reused == self.client_cached)
+        """The client is told what the model did: over the turn's upstream requests,
+        evaluated + client-cached == prompt tokens (the client's count and the model's),
+        and the cached figure is the prefix the model reused."""
+        if not self.upstream or self.client_cached is None:
+            return False
+        prompt, evaluated, reused = (sum(col) for col in zip(*self.upstream, strict=True))
+        return (self.client_prompt == prompt and evaluated + self.client_cached == prompt
+                and reused == self.client_cached)
 
 
 def _limited(r: Request) -> dict[str, Any]:
@@ -170,23 +181,24 @@ async def _serve(engine: Any, requests: Sequence[Request], upstream: Any) -> lis
                 after = "first request" if not turns else (
                     "tool result" if msgs and msgs[-1].role == "tool" else "user prompt")
                 if resp.status_code != 200 or not records:
-                    turns.append(LocalTurn(r.seq, after, None, None, None, None, None,
+                    turns.append(LocalTurn(r.seq, after, (), None, None,
                                            note=f"HTTP {resp.status_code}: "
                                                 f"{content[:300].decode(errors='replace')}"))
                     continue
-                rec = records[0]  # the request the proxy sent for this turn
                 prompt, cached = client_usage(content, bool(body.get("stream")))
                 kept, _taken = engine.front(front).take_volatile(msgs)
                 system = client_texts([m for m in kept if m.role in ("system", "developer")])
                 wanted = client_texts(kept)
-                text = str(rec.get("prompt") or "")
+                text = str(records[0].get("prompt") or "")  # the turn's own prompt
+                disagree = [rec["n"] for rec in records if not rec.get("agree")]
                 turns.append(LocalTurn(
-                    r.seq, after, rec["prompt_tokens"], rec["evaluated"], rec["kept"],
+                    r.seq, after,
+                    tuple((rec["prompt_tokens"], rec["evaluated"], rec["kept"])
+                          for rec in records),
                     prompt, cached, len(wanted),
                     tuple(t for t in wanted if not _present(t, text)),
                     tuple(t for t in system if not _present(t, text)),
-                    upstream_requests=len(records),
-                    note="" if rec.get("agree") else
+                    note="" if not disagree else
                     "llama.cpp's counters and llama-cpp-python's reused prefix disagree"))
     finally:
         await state.upstreams.aclose()
@@ -260,8 +272,9 @@ def local_rows(engine: Any, sessions: Sequence[Session], quick: bool) -> list[tu
         told = "no usage" if t.client_prompt is None else (
             f"prompt {t.client_prompt}, cached "
             f"{'not reported' if t.client_cached is None else t.client_cached}")
-        extra = (f"; {t.upstream_requests} upstream requests" if t.upstream_requests > 1
-                 else "") + (f"; {t.note}" if t.note else "")
+        extra = (f"; {len(t.upstream)} upstream requests (a validation retry), the "
+                 f"client is told their sum" if len(t.upstream) > 1 else "") + \
+            (f"; {t.note}" if t.note else "")
         out.append((label, f"evaluated {t.evaluated} of {t.prompt_tokens} prompt tokens "
                            f"({100 * t.evaluated / t.prompt_tokens:.1f} %), reused "
                            f"{t.reused}; the client is told: {told}{extra}",

@@ -65,7 +65,7 @@ from pathlib import Path
 from typing import IO, Any, Protocol
 
 from ..chat_template._render import TemplateRaised, compile_chat_template
-from ._prefix import render_like_server
+from ._prompts import render_like_server
 
 __all__ = [
     "Evaluation",
@@ -134,8 +134,7 @@ class Sampling:
             raise ValueError("grammar must be a string (GBNF)")
         values["grammar"] = grammar or None
         values["cache_prompt"] = body.get("cache_prompt", True) is not False
-        n = body.get("n", 1)
-        if n != 1:
+        if body.get("n") not in (None, 1):
             raise ValueError("n: one choice per request only")
         fmt = body.get("response_format")
         if isinstance(fmt, dict) and fmt.get("type") not in (None, "text"):
@@ -297,8 +296,9 @@ class LlamaRunner:
                 grammar = self._lib.LlamaGrammar.from_string(sampling.grammar, verbose=False)
             except Exception as exc:  # llama.cpp's parser says only that it failed
                 raise ValueError(f"grammar does not parse: {exc}") from None
-        if sampling.seed is not None:
-            llm.set_seed(sampling.seed)
+        # no seed: llama.cpp draws one per request
+        llm.set_seed(sampling.seed if sampling.seed is not None
+                     else self._lib.LLAMA_DEFAULT_SEED)
         budget = self.n_ctx - len(tokens)
         if sampling.max_tokens is not None:
             budget = min(budget, sampling.max_tokens)
@@ -478,13 +478,13 @@ def _handler(srv: UpstreamServer) -> type[BaseHTTPRequestHandler]:
             except ValueError as exc:
                 self._error(400, "invalid_request_error", str(exc))
                 return
-            tokens = srv.runner.tokenize(prompt)
-            if len(tokens) >= srv.runner.n_ctx:
-                self._error(400, "exceed_context_size_error",
-                            f"the request exceeds the available context size: "
-                            f"{len(tokens)} prompt tokens, context {srv.runner.n_ctx}")
-                return
-            with srv._lock:
+            with srv._lock:  # one sequence, one cache: a request at a time
+                tokens = srv.runner.tokenize(prompt)
+                if len(tokens) >= srv.runner.n_ctx:
+                    self._error(400, "exceed_context_size_error",
+                                f"the request exceeds the available context size: "
+                                f"{len(tokens)} prompt tokens, context {srv.runner.n_ctx}")
+                    return
                 srv._count += 1
                 self._complete(body, sampling, prompt, tokens, srv._count)
 

@@ -40,7 +40,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ._prefix import _present, client_texts
+from ._prompts import client_texts
+from ._prompts import present as _present
 from ._sessions import Request, Session
 
 __all__ = ["LocalTurn", "client_usage", "local_rows", "serve_session"]
@@ -265,7 +266,7 @@ def local_rows(engine: Any, sessions: Sequence[Session], quick: bool) -> list[tu
                              f"n_ctx {N_CTX}, 2 threads) rendering {template}"),
         (f"{tag}: turns served", f"{len(turns)} in {seconds:.0f} s")]
     for t in turns:
-        label = f"{tag}: #{t.seq} after {t.after}"
+        label = f"{tag}: #{t.seq} " + (t.after if t.seq == turns[0].seq else f"after {t.after}")
         if t.evaluated is None or t.prompt_tokens is None:
             out.append((label, t.note or "no figure", "no figure"))
             continue

@@ -38,7 +38,7 @@ from toolrules.bench._prefix import (
     measure,
     render_like_server,
 )
-from toolrules.bench._prefix_local import parse_eval_log
+from toolrules.bench._prefix_local import client_usage
 from toolrules.cli import main
 
 REPO = Path(__file__).resolve().parent.parent
@@ -323,30 +323,47 @@ def test_new_conversations_share_the_system_prompt_and_tools_unless_it_changes(
         report.new_conversations
 
 
-def test_the_local_eval_log_is_read_per_request():
-    assert parse_eval_log("Llama.generate: 5120 prefix-match hit, remaining 230 prompt "
-                          "tokens to eval\n", 5350) == (230, 5120, "")
-    assert parse_eval_log("Llama.generate: full prompt already cached, skipping reset",
-                          900)[0] == 0
-    assert parse_eval_log("nothing said\n", 800) == (800, 0, "")
-    evaluated, _r, note = parse_eval_log(
-        "Llama.generate: 700 prefix-match found but partial kv removal not supported, "
-        "re-evaluating full prompt", 800)
-    assert evaluated == 800 and "full prompt" in note
+def test_the_client_usage_is_read_from_each_api_streamed_and_not():
+    """What the local run compares with the model's figures: the prompt and cached tokens
+    the client is told (Anthropic counts cache reads apart from input_tokens)."""
+    def sse(*events: dict) -> bytes:
+        return "".join(f"event: x\ndata: {json.dumps(e)}\n\n" for e in events).encode()
+
+    anthropic_stream = sse(
+        {"type": "message_start", "message": {"usage": {"input_tokens": 0,
+                                                        "output_tokens": 0}}},
+        {"type": "content_block_delta", "delta": {"type": "text_delta", "text": "hi"}},
+        {"type": "message_delta", "usage": {"input_tokens": 40, "output_tokens": 8,
+                                            "cache_read_input_tokens": 5000}})
+    assert client_usage(anthropic_stream, True) == (5040, 5000)
+    responses_stream = sse(
+        {"type": "response.created", "response": {"usage": None}},
+        {"type": "response.completed", "response": {"usage": {
+            "input_tokens": 5651, "input_tokens_details": {"cached_tokens": 5380},
+            "output_tokens": 8}}})
+    assert client_usage(responses_stream, True) == (5651, 5380)
+    chat = json.dumps({"usage": {"prompt_tokens": 900, "completion_tokens": 8,
+                                 "prompt_tokens_details": {"cached_tokens": 850}}}).encode()
+    assert client_usage(chat, False) == (900, 850)
+    assert client_usage(json.dumps({"usage": {"prompt_tokens": 900}}).encode(), False) == \
+        (900, None)
+    assert client_usage(b"data: [DONE]\n\n", True) == (None, None)
 
 
 # ---------------------------------------------------------------- the real cache
 
 @pytest.mark.local
 def test_the_embedded_model_evaluates_only_the_new_tokens_of_a_stable_turn(engine_):
-    """llama-cpp-python's server behind the proxy serves the recorded Codex session's first
-    turns: the first request evaluates its whole prompt, each later one (a tool result
-    appended) reuses the cached prefix and evaluates a small part."""
+    """The recorded Codex session's first turns, as Codex sent them (streamed), through the
+    proxy into the embedded model behind the llama-server stand-in: the first request
+    evaluates its whole prompt (llama.cpp's own counters), each later one (a tool result
+    appended) reuses the previous prompt and evaluates a small part; the cached tokens
+    Codex is told in its usage are the tokens the model did not evaluate; every system
+    and developer text reaches the model's prompt."""
     import importlib.util
 
-    if importlib.util.find_spec("llama_cpp") is None or \
-            importlib.util.find_spec("llama_cpp.server") is None:
-        pytest.skip("needs llama-cpp-python[server]")
+    if importlib.util.find_spec("llama_cpp") is None:
+        pytest.skip("needs llama-cpp-python (the local extra)")
     try:
         from toolrules.clients import default_gguf
 
@@ -355,12 +372,20 @@ def test_the_embedded_model_evaluates_only_the_new_tokens_of_a_stable_turn(engin
         pytest.skip(f"local weights not available: {exc}")
     from toolrules.bench._prefix_local import serve_session
 
-    turns = serve_session(engine_, load_session(SESSIONS / "codex-session.jsonl.xz"), limit=3)
-    assert [t.note for t in turns if t.evaluated is None] == []
+    turns, template = serve_session(engine_, load_session(SESSIONS / "codex-session.jsonl.xz"),
+                                    limit=3)
+    assert "gemma.j2" in template
+    assert [t.note for t in turns] == ["", "", ""]
     first, *later = turns
     assert first.prompt_tokens and first.prompt_tokens > 1000
-    assert first.evaluated == first.prompt_tokens
+    assert first.evaluated == first.prompt_tokens and first.reused == 0
+    assert first.client_cached == 0
+    previous = first.prompt_tokens
     for t in later:
-        assert t.prompt_tokens and t.prompt_tokens > first.prompt_tokens
-        assert t.reused and t.reused >= first.prompt_tokens // 2, t
+        assert t.prompt_tokens and t.prompt_tokens > previous
+        assert t.reused is not None and t.reused >= previous, t
         assert t.evaluated is not None and t.evaluated < t.prompt_tokens // 4, t
+        previous = t.prompt_tokens
+    for t in turns:
+        assert t.agrees, t  # evaluated + client-cached == prompt tokens, on both sides
+        assert t.missing_system == () and t.texts > 0, t

@@ -97,19 +97,18 @@ def test_a_client_that_changes_an_earlier_message_is_named_as_the_cause(engine, 
         first = [{"role": "user", "content": "Hi."}]
         client.messages.create(model=MODEL, max_tokens=50, system="Be brief.", messages=first)
         client.messages.create(model=MODEL, max_tokens=50, system="Be brief.", messages=[
-            {"role": "user", "content": "Hi."},
-            {"role": "assistant", "content": "Hello (edited by the client)."},
+            {"role": "user", "content": "Hi."}, {"role": "assistant", "content": "Hello."},
             {"role": "user", "content": "And?"}])
         client.messages.create(model=MODEL, max_tokens=50, system="Be brief.", messages=[
-            {"role": "user", "content": "Hi."},
-            {"role": "assistant", "content": "Hello, again edited."},
-            {"role": "user", "content": "And?"}, {"role": "assistant", "content": "x"},
-            {"role": "user", "content": "More?"}])
+            {"role": "user", "content": "Hi."}, {"role": "assistant", "content": "Hello."},
+            {"role": "user", "content": "And? (edited by the client)"},
+            {"role": "assistant", "content": "x"}, {"role": "user", "content": "More?"}])
     posts = [a for a in access() if a.get("method") == "POST"]
     assert posts[1]["prefix_share"] == 1.0  # the first prompt grew
     assert posts[2]["prefix_share"] < 1.0
     [text] = [r.getMessage() for r in caplog.records if "keeps" in r.getMessage()]
-    assert "cause: the client sent messages[2] changed since its last request" in text
+    # (positions count the system prompt first, as the rewrites in the access log do)
+    assert "cause: the client sent messages[3] changed since its last request" in text
 
 
 def test_conversations_are_told_apart_and_memory_is_bounded():
@@ -117,15 +116,36 @@ def test_conversations_are_told_apart_and_memory_is_bounded():
 
     conv = Conversations(max_chars=100)
     a = [Message("system", "S"), Message("user", "one")]
-    b = [Message("system", "S"), Message("user", "two")]
+    a2 = [*a, Message("assistant", "A"), Message("user", "two")]
+    b = [Message("system", "S"), Message("user", "other")]
     first = conv.observe(b"a" * 16, "x" * 60, a, [])
     assert first.share is None
     assert conv.observe(b"b" * 16, "y" * 60, b, []).share is None  # evicts a
-    assert conv.observe(b"a" * 16, "x" * 70, a, []).share is None  # a was forgotten
-    again = conv.observe(b"a" * 16, "x" * 70 + "z", a, [])
-    assert again.share == 1.0 and again.conversation == (b"a" * 16).hex()[:12]
+    assert conv.observe(b"a" * 16, "x" * 70, a2, []).share is None  # a was forgotten
+    again = conv.observe(b"a" * 16, "x" * 70 + "z", [*a2, Message("user", "3")], [])
+    assert again.share == 1.0 and again.conversation.startswith((b"a" * 16).hex()[:12])
     assert conv.observe(b"c" * 16, "c" * 101, a, []).share is None  # too big to keep
     assert sum(len(v.image) for v in conv._last.values()) <= 100
+
+
+def test_conversations_that_share_their_opening_are_kept_apart():
+    """Two sessions of one agent in one folder open alike (Codex: the same instructions
+    and environment message): each later turn goes with the session it continues."""
+    from toolrules._types import Message
+
+    conv = Conversations(max_chars=10_000)
+    head = [Message("system", "S"), Message("user", "<environment_context/>")]
+    one = [*head, Message("user", "List the files.")]
+    two = [*head, Message("user", "Show me the files.")]
+    s1 = conv.observe(b"k" * 16, "P1", one, [])
+    s2 = conv.observe(b"k" * 16, "P2", two, [])  # a new conversation, not a turn of one
+    assert s1.share is None and s2.share is None and s1.conversation != s2.conversation
+    t1 = conv.observe(b"k" * 16, "P1+a", [*one, Message("assistant", "ok"),
+                                          Message("user", "more")], [])
+    t2 = conv.observe(b"k" * 16, "P2+b", [*two, Message("assistant", "ok"),
+                                          Message("user", "more")], [])
+    assert (t1.conversation, t1.share) == (s1.conversation, 1.0)
+    assert (t2.conversation, t2.share) == (s2.conversation, 1.0)
 
 
 def test_prefix_memory_zero_turns_the_measure_off(engine, access, tmp_path):

@@ -18,9 +18,9 @@ the sandbox) and answers with the turn the agent recorded next. Per fixture x te
 - for a fixture holding two new conversations of one agent: whether the second's prompt
   starts with the first's whole system prompt and tool definitions.
 
-`--local` adds the real cache test: the embedded model behind llama-cpp-python's server
-serving a recorded session, and the prompt tokens it evaluated per turn (its prefix
-reuse, read from the server's log), beside the cached tokens the client is told.
+`--local` adds the real cache test: the embedded model behind a llama-server stand-in
+(`_llama_upstream`) serving a recorded session, and the prompt tokens it evaluated per
+turn (llama.cpp's own counters), checked against the cached tokens the client is told.
 """
 
 from __future__ import annotations
@@ -36,10 +36,10 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
-# The one place this section reaches the chat-template renderer (it moves with the
-# chat-template subpackage).
 from ..chat_template._prefix import around, common_prefix
-from ..chat_template._render import TemplateRaised, compile_chat_template, render_request
+from ..chat_template._render import TemplateRaised, compile_chat_template
+from ._prompts import BOS, EOS, client_texts, render_like_server
+from ._prompts import present as _present
 from ._sessions import Request, Session, bench_sessions, bench_templates, load_session
 
 __all__ = [
@@ -59,17 +59,12 @@ __all__ = [
 # comes from the chat template the upstream serves (GET /props), as for a new model.
 MODEL = "prefix-bench-model"
 PROVIDER = "llamacpp"
-BOS, EOS = "<s>", "</s>"
 TARGET = 0.99  # the share of the previous prompt a turn keeps (issue: >= 99 %)
 CONTEXT = 30  # characters each side of a first difference (60 around it)
 
 
 # ---------------------------------------------------------------- rendering as a server does
 
-def render_like_server(template: Any, body: Mapping[str, Any]) -> str:
-    """The prompt llama-server (--jinja) or vLLM renders for a chat-completions body, with
-    the bench's bos/eos tokens (chat_template.render_request)."""
-    return render_request(template, body, bos_token=BOS, eos_token=EOS)
 
 
 def _snippet(text: str, at: int) -> str:
@@ -195,41 +190,6 @@ def _answer(engine: Any, front: str, now: Request, following: Request | None) ->
             "name": c.name, "arguments": json.dumps(c.arguments, ensure_ascii=False)}}
             for c in m.tool_calls]
     return out
-
-
-def client_texts(messages: Sequence[Any]) -> list[str]:
-    """Every text a client request carries (parsed): message and system texts, tool
-    results, and the string values of call arguments."""
-    out: list[str] = []
-
-    def strings(value: Any) -> None:
-        if isinstance(value, str):
-            out.append(value)
-        elif isinstance(value, dict):
-            for v in value.values():
-                strings(v)
-        elif isinstance(value, list):
-            for v in value:
-                strings(v)
-
-    for m in messages:
-        content = m.content
-        if isinstance(content, str):
-            out.append(content)
-        else:
-            for part in content or ():
-                text = getattr(part, "text", None)
-                if isinstance(text, str):
-                    out.append(text)
-        for c in m.tool_calls or ():
-            strings(c.arguments)
-    return [t.strip() for t in out if t and t.strip()]
-
-
-def _present(text: str, prompt: str) -> bool:
-    """The text is in the prompt as sent, or JSON-escaped (as a template writes argument
-    values with `tojson`)."""
-    return text in prompt or json.dumps(text, ensure_ascii=False)[1:-1] in prompt
 
 
 @dataclass(frozen=True)

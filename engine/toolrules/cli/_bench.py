@@ -22,8 +22,9 @@ __all__ = ["COMMANDS"]
               dir_okay=False), help="prefix: a recorded session (JSON lines, .xz/.gz) "
               "instead of the bundled ones (repeatable).")
 @click.option("--local", is_flag=True,
-              help="prefix: also serve a recorded session from the embedded model behind "
-                   "llama-cpp-python's server and count the prompt tokens it evaluates.")
+              help="prefix: also serve a recorded session from the embedded model (a "
+                   "llama-server stand-in around llama-cpp-python) and count the prompt "
+                   "tokens it evaluates, beside the cached tokens the client is told.")
 @click.option("--unfitted", is_flag=True,
               help="prefix: the route keeps the rules' configuration instead of the one the "
                    "template's inspection gives (what the template does to prompts the "

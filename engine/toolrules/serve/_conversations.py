@@ -85,12 +85,37 @@ def prompt_image(body: Mapping[str, Any], messages_path: str, tools_path: str,
 
 class Conversations:
     """The last prompt of each conversation this worker served (at most `max_chars`
-    characters in all)."""
+    characters in all).
+
+    Conversations are found by their leading content (`key`: the system prompt and the
+    first user message), and among those that share it - two sessions of one agent in one
+    folder often do - by the messages the client sends again: a turn belongs to the one
+    whose last request its messages extend the furthest. A request with no assistant turn
+    yet opens a conversation."""
+
+    _PER_KEY = 8  # conversations kept apart under one leading content
 
     def __init__(self, max_chars: int):
         self.max_chars = max_chars
-        self._last: OrderedDict[str, _Last] = OrderedDict()
+        self._last: OrderedDict[tuple[str, int], _Last] = OrderedDict()
+        self._serial: dict[str, int] = {}
         self._chars = 0
+
+    def _match(self, cid: str, client: tuple[str, ...], lead: int) -> tuple[str, int] | None:
+        """The conversation under `cid` this request continues: the one whose client
+        messages it repeats the furthest - all of them, or past its first answer (`lead`:
+        the messages before it)."""
+        best, best_n = None, lead
+        for slot in reversed(self._last):  # the most recent first
+            if slot[0] != cid:
+                continue
+            prior = self._last[slot].client
+            n = 0
+            while n < len(prior) and n < len(client) and prior[n] == client[n]:
+                n += 1
+            if n > best_n or (n == len(prior) and n >= best_n):
+                best, best_n = slot, n
+        return best
 
     def observe(self, key: bytes, image: str, messages: Sequence[Message],
                 rewrites: Sequence[Mapping[str, Any]]) -> PrefixSeen:
@@ -100,11 +125,22 @@ class Conversations:
         cid = key.hex()[:12]
         client = tuple(_digest(m) for m in messages)
         done = tuple(sorted(json.dumps(r, sort_keys=True, default=str) for r in rewrites))
-        last = self._last.pop(cid, None)
+        lead = next((i for i, m in enumerate(messages) if m.role == "assistant"), None)
+        slot = self._match(cid, client, lead) if lead is not None else None
+        last = self._last.pop(slot) if slot is not None else None
         if last is not None:
             self._chars -= len(last.image)
+        else:  # a conversation opens (or one whose last prompt is not at hand)
+            serial = self._serial.get(cid, 0) + 1
+            self._serial[cid] = serial
+            slot = (cid, serial)
+            same = [k for k in self._last if k[0] == cid]
+            for old in same[:max(0, len(same) + 1 - self._PER_KEY)]:
+                self._chars -= len(self._last.pop(old).image)
+        assert slot is not None
+        name = cid if slot[1] == 1 else f"{cid}-{slot[1]}"
         logged = last.logged if last is not None else False
-        seen = PrefixSeen(cid, None)
+        seen = PrefixSeen(name, None)
         if last is not None and last.image and image:
             kept = common_prefix(last.image, image)
             share = kept / len(last.image)
@@ -112,20 +148,20 @@ class Conversations:
             if kept < len(last.image):
                 broke = PrefixBreak(kept, around(last.image, kept), around(image, kept),
                                     self._cause(last, client, rewrites, done))
-            seen = PrefixSeen(cid, share, broke)
+            seen = PrefixSeen(name, share, broke)
             if broke is not None and not logged:
                 logged = True
                 log.warning("conversation %s: this turn's prompt keeps %.1f %% of the last "
                             "one (a server's cache reuses only that much); first difference "
                             "at char %d: previous %s | new %s; cause: %s (logged once per "
-                            "conversation)", cid, 100 * share, kept, broke.previous,
+                            "conversation)", name, 100 * share, kept, broke.previous,
                             broke.new, broke.cause)
         if self.max_chars > 0 and len(image) <= self.max_chars:
-            self._last[cid] = _Last(image, client, done, logged)
+            self._last[slot] = _Last(image, client, done, logged)
             self._chars += len(image)
             while self._chars > self.max_chars and self._last:
-                _cid, old = self._last.popitem(last=False)
-                self._chars -= len(old.image)
+                _gone, oldest = self._last.popitem(last=False)
+                self._chars -= len(oldest.image)
         return seen
 
     @staticmethod

@@ -398,7 +398,8 @@ def test_a_retried_request_is_built_once(engine, monkeypatch):
     sent = json.loads(second.body)["messages"]
     assert [x["role"] for x in sent] == ["system", "user"]  # fitted: one system, first
     assert "Answer in French." in json.dumps(sent)
-    assert [r.action for r in m.last_rewrites] == ["system-folded"]
+    # the later system text stays where it arrived: joined to the user turn beside it
+    assert [r.action for r in m.last_rewrites] == ["system-to-user-turn"]
 
 
 def test_retries_are_bounded(engine):

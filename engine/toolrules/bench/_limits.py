@@ -3,10 +3,15 @@
 Every dialect reads the hostile shapes (bench/_hostile.py: deep nesting, huge arguments,
 marker runs ...) and runs of word characters wherever a reply can hold them (at its
 start, after prose, as a call's name, inside a payload, after each marker), whole and in
-64- and 1-character deltas. The worst µs per KB of each mode is held to LIMIT_US_PER_KB:
-`toolrules bench hostile --check` exits 1 above it (CI runs it). CPU time, best of three
-rounds (two with --quick), so a busy machine or a first, cold parse does not decide the
-figure.
+64- and 1-character deltas. The worst µs per KB of each mode is measured against a
+reference taken in the same run - a plain Python loop over the characters of a kilobyte,
+one dict lookup and one append per character, the least any per-character reader costs in
+this interpreter on this machine - and held to LIMIT_RATIO times it:
+`toolrules bench hostile --check` exits 1 above it (CI runs it). A ratio, not an absolute
+figure, so the limit means the same on a fast laptop and a slow shared VM. The ratio was
+set as 2 ms/KB on the machine where that limit was first measured (its reference ran
+at ~56 µs/KB). CPU time, best of three rounds (two with --quick), so a busy machine or a
+first, cold parse does not decide the figure.
 """
 
 from __future__ import annotations
@@ -17,9 +22,26 @@ from typing import Any
 from ._dialects import _cases_dir, _key, _stream
 from ._hostile import hostile_shapes, word_runs
 
-__all__ = ["LIMIT_US_PER_KB", "bench"]
+__all__ = ["LIMIT_RATIO", "bench", "reference_us_per_kb"]
 
-LIMIT_US_PER_KB = 2000.0
+# the parser's worst µs/KB, at most this many times the reference's
+LIMIT_RATIO = 36.0
+
+
+def reference_us_per_kb(rounds: int = 5) -> float:
+    """CPU µs per KB of the least per-character work: for each character of 64 KB of mixed
+    text, one dict lookup and one list append. Best of `rounds`."""
+    text = ('{"name": "f", "arguments": {"a": [1, 2.5, "x y"]}} prose <tag> \n ' * 1100)[:65536]
+    kinds = {c: i for i, c in enumerate('{}[]"\\<>:, ')}
+    best = float("inf")
+    for _ in range(rounds):
+        out: list[int] = []
+        get, add = kinds.get, out.append
+        t0 = time.process_time()
+        for c in text:
+            add(get(c, -1))
+        best = min(best, time.process_time() - t0)
+    return best * 1e6 / (len(text) / 1024)
 
 # mode label, delta size (0: whole), hostile sizes (big, run), word-run sizes
 _MODES: tuple[tuple[str, int, int, int, tuple[int, ...]], ...] = (
@@ -34,6 +56,9 @@ def bench(engine: Any, quick: bool) -> list[tuple[str, ...]]:
     rounds = 2 if quick else 3
     out: list[tuple[str, ...]] = []
     problems: list[str] = []
+    ref = reference_us_per_kb()
+    limit = LIMIT_RATIO * ref
+    out.append(("reference: a plain per-character loop", f"{ref:.0f} µs/KB"))
     for mode, size, big, run, sizes in _MODES:
         if quick:
             big, run = big // 4, run // 4
@@ -61,8 +86,9 @@ def bench(engine: Any, quick: bool) -> list[tuple[str, ...]]:
                 if per_kb > worst:
                     worst, where = per_kb, f"{name}, {shape.label}"
         out.append((f"worst over {count} hostile inputs, {mode} "
-                    f"(limit {LIMIT_US_PER_KB:.0f} µs/KB)", f"{worst:.0f} µs/KB ({where})",
-                    "ok" if worst <= LIMIT_US_PER_KB else "over the limit"))
+                    f"(limit {LIMIT_RATIO:.0f}x the reference = {limit:.0f} µs/KB)",
+                    f"{worst:.0f} µs/KB = {worst / ref:.1f}x ({where})",
+                    "ok" if worst <= limit else "over the limit"))
     out.append(("crashes or stream != whole", str(len(problems)) +
                 (f" ({'; '.join(problems[:3])})" if problems else ""),
                 "ok" if not problems else "failed"))

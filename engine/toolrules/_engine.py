@@ -271,7 +271,7 @@ class Engine:
     def render_emulation(self, tools: Any, model: Any = None, task_hint: str | None = None, *,
                          capability: Capability | None = None, style: str | None = None,
                          examples: bool | int | Sequence[Any] | None = None) -> str:
-        """A tool-calling prompt for a model without native tools (RFC-136 §4)."""
+        """A tool-calling prompt for a model without native tools (an emulation prompt)."""
         return self._emulation.render_emulation(tools, model, task_hint, capability=capability, style=style, examples=examples)
 
     def render_call(self, calls: ToolCall | Mapping[str, Any] | Sequence[Any], tools: Any = None,

@@ -643,7 +643,7 @@ class ProvidersPart(Part):
         repairs: tuple[str, ...] = ()
         reads, dialect = self._fallback(prov, model, tools) if content else (False, None)
         if reads:
-            # Parsing hierarchy (UTP §2.3): native calls first; calls read from the text
+            # Parsing hierarchy: native calls first; calls read from the text
             # follow, except those identical to a native one (a server that parsed the
             # calls and also left their text in the content).
             parsed = self._content_parser(model, tools, ids, dialect).parse(

@@ -1,7 +1,7 @@
 """Emulation prompts and the context budget for small windows (context overflow).
 
-TestOptimizeToolDefinitions and TestBuildEmulationPrompt are the tool-calling design's
-test tables.
+TestOptimizeToolDefinitions and TestBuildEmulationPrompt are table tests of tool-definition
+trimming and prompt building.
 """
 
 from __future__ import annotations

@@ -1,5 +1,4 @@
-"""Model id parsing and capabilities of well-known models: the tool-calling design's test
-tables, verbatim in substance."""
+"""Model id parsing and capabilities of well-known models, as table tests."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """Structured tool errors: rules/errors.yaml decides code, recoverability, retry strategy
-and fix. TestToolErrorFromException and TestRetryStrategy are the tool-calling design's
-test tables."""
+and fix. TestToolErrorFromException and TestRetryStrategy are table tests of the exception mappings
+and retry strategies."""
 
 from __future__ import annotations
 
@@ -31,7 +31,7 @@ class TestToolErrorFromException:
         assert "suggested_fix" in error.message or error.suggested_fix
 
     def test_timeout(self):
-        e = asyncio.TimeoutError()  # noqa: UP041 - the design's test, verbatim
+        e = asyncio.TimeoutError()  # noqa: UP041 - the old alias, on purpose
         error = ToolError.from_exception(e, "run_command")
         assert error.code == ToolErrorCode.TIMEOUT
         assert error.recoverable is True

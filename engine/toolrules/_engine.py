@@ -195,7 +195,7 @@ class Engine:
 
     def parse_request(self, body: Any, provider: str, *, omitted: dict[str, str] | None = None
                       ) -> tuple[list[Message], list[Tool], Any]:
-        """A request body in `provider`'s format -> (messages, tools, tool_choice) in UTP.
+        """A request body in `provider`'s format -> (messages, tools, tool_choice), neutral values.
         `omitted`: where tool entries the rules let a caller leave out (built-in tools the
         upstream cannot provide) are recorded (label -> reason); without it they refuse."""
         return self._providers.parse_request(body, provider, omitted=omitted)

@@ -477,7 +477,7 @@ class ProvidersPart(Part):
 
     def parse_request(self, body: Any, provider: str, *, omitted: dict[str, str] | None = None
                       ) -> tuple[list[Message], list[Tool], Any]:
-        """A request body in `provider`'s format -> (messages, tools, tool_choice) in UTP.
+        """A request body in `provider`'s format -> (messages, tools, tool_choice), neutral values.
 
         tool_choice comes back as 'auto', 'none', 'required',
         {'type': 'function', 'function': {'name': ...}}, or None when the body has none.

@@ -41,7 +41,7 @@ def test_lint_missing_path():
     assert r.exit_code == 1 and "no such file" in r.output and "Traceback" not in r.output
 
 
-def test_inspect_rfc_answers():
+def test_inspect_json_and_text():
     r = run("inspect", "--json", "claude-3.5-sonnet")
     data = json.loads(r.output)
     assert data["spec"] == {"family": "claude", "version": "3.5", "variant": "sonnet"}

@@ -1,4 +1,4 @@
-"""Issue 10, clients as rules: `toolrules.connect()` over real HTTP on 127.0.0.1.
+"""Clients as rules: `toolrules.connect()` over real HTTP on 127.0.0.1.
 
 Test servers (tests/wire_server.py) answer with the golden provider bodies and event
 streams, framed the way each provider frames them (SSE, NDJSON, AWS event stream), so

@@ -1,4 +1,4 @@
-"""Real output shapes as rule options (issue 13): each is opt-in per dialect or model, and a
+"""Real output shapes as rule options: each is opt-in per dialect or model, and a
 strict format stays strict. The golden cases show every shape; these tests pin the
 opt-in boundaries and the streaming contract on the splits that matter."""
 

@@ -120,8 +120,8 @@ def test_model_quirks_extend_repairs(engine, tmp_path):
     assert calls(r) == [("f", {})] and r.repairs == ("single-quotes",)
 
 
-def test_rfc_normalizer_journeys(engine):
-    """A4/E1/E2: standard JSON, Llama trailing commas, Qwen `function` key, plain text."""
+def test_json_fenced_common_shapes(engine):
+    """Standard JSON, Llama trailing commas, Qwen `function` key, plain text."""
     p = engine.text_parser(dialect="json-fenced")
     r = p.parse("\n    Here's what I'll do:\n\n    ```json\n    {\"tool\": \"write_file\", \"arguments\":"
                 " {\"path\": \"test.py\", \"content\": \"print('hi')\"}}\n    ```\n    ")

@@ -1,6 +1,7 @@
-"""Emulation prompts (RFC-136 §4) and the context budget (journey E6).
+"""Emulation prompts and the context budget for small windows (context overflow).
 
-TestOptimizeToolDefinitions and TestBuildEmulationPrompt are the RFC's test tables.
+TestOptimizeToolDefinitions and TestBuildEmulationPrompt are table tests of tool-definition
+trimming and prompt building.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from toolrules import (
 
 
 class TestOptimizeToolDefinitions:
-    """Journey E6: Context overflow handling."""
+    """Context overflow handling."""
 
     @pytest.fixture
     def many_tools(self) -> tuple[Tool, ...]:
@@ -127,7 +128,7 @@ def trained_dialect(engine):
     (Capability(emulation_style="dialect", dialect="no-such-format", context_window=4096),
      "compact"),
 ])
-def test_selection_follows_rfc_order(engine, cap, style):
+def test_selection_order_xml_parallel_small_window(engine, cap, style):
     assert engine.select_emulation(capability=cap).name == style
 
 

@@ -1,5 +1,5 @@
-"""Tool engineering tables: description audit (RFC-136 §8), parallel planning (§9),
-response format control (§11) and namespacing (§12)."""
+"""Tool engineering tables: description audit, parallel planning, response format control
+and namespacing."""
 
 from __future__ import annotations
 

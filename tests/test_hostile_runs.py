@@ -1,4 +1,4 @@
-"""Issue 22: hostile inputs cannot hang or slow down a parser, whatever the dialect.
+"""Hostile inputs cannot hang or slow down a parser, whatever the dialect.
 
 Every dialect reads runs of 255, 256, 257, 1,000 and 200,000 word characters at the start
 of a reply, after prose, before a call, as a call's name, inside a payload and a value,

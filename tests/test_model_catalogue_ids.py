@@ -1,4 +1,4 @@
-"""Model ids seen in outside catalogues (issue 13, section 4): community fine-tune naming,
+"""Model ids seen in outside catalogues: community fine-tune naming,
 families added from provider catalogues, non-chat ids under chat families, and tool support
 that depends on the host. All of it is rule data; these tests pin the outcomes."""
 

@@ -13,7 +13,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-# Every family issue 2 asks for (file stem = family = the vendor's own line name).
+# Every family the model rules cover (file stem = family = the vendor's own line name).
 FAMILIES = {
     "apertus", "claude", "codellama", "codestral", "command", "deepseek", "devstral",
     "falcon", "firefunction", "functionary", "gemini", "gemma", "glm", "gpt", "gpt-oss",

@@ -1,4 +1,4 @@
-"""Issue 22: no model reply can hang a parser, the proxy or the loop.
+"""No model reply can hang a parser, the proxy or the loop.
 
 - The replies that used to spin forever (a run of word characters at the start, in the
   pythonic, auto and Llama 4 readers) read as text, whole and streamed, in a subprocess

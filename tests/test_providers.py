@@ -1,4 +1,4 @@
-"""Provider wire formats (issue 3): tool shapes, tool_choice tables, requests, tool
+"""Provider wire formats: tool shapes, tool_choice tables, requests, tool
 results, responses, named transforms, masking, overrides, capability-aware building."""
 
 from __future__ import annotations

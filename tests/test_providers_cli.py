@@ -1,4 +1,4 @@
-"""CLI (issue 3 item 7): translate, request, response, providers, transforms."""
+"""The wire-format CLI commands: translate, request, response, providers, transforms."""
 
 from __future__ import annotations
 

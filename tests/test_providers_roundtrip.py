@@ -1,4 +1,4 @@
-"""Hypothesis (issue 3 item 8): for every provider, build_request -> parse_request gives the
+"""Round trips under Hypothesis: for every provider, build_request -> parse_request gives the
 conversation and the tools back (up to what the provider declares lossy), and schema
 transforms never produce a schema the provider rejects."""
 

@@ -1,4 +1,4 @@
-"""Issue 3 item 6: generated bodies validate against the providers' own published types.
+"""Generated bodies validate against the providers' own published types.
 
 Request bodies are checked with the official SDKs' request types (TypedDicts through
 pydantic TypeAdapter, pydantic models, botocore's parameter validator); response bodies

@@ -1,5 +1,5 @@
-"""Provider streaming (issue 3 item 4): each provider's own events -> StreamChunks under
-the DESIGN.md streaming contract; the final result equals parse_response of the body."""
+"""Provider streaming: each provider's own events -> StreamChunks under the streaming
+contract (docs/concepts/streaming.md); the final result equals parse_response of the body."""
 
 from __future__ import annotations
 

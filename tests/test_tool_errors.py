@@ -1,5 +1,6 @@
-"""Structured tool errors (RFC-136 §6): rules/errors.yaml decides code, recoverability,
-retry strategy and fix. TestToolErrorFromException and TestRetryStrategy are the RFC's."""
+"""Structured tool errors: rules/errors.yaml decides code, recoverability, retry strategy
+and fix. TestToolErrorFromException and TestRetryStrategy are table tests of the exception mappings
+and retry strategies."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from toolrules import ToolError, ToolErrorCode, get_retry_strategy, should_retry
 
 
 class TestToolErrorFromException:
-    """Journey A6: Receive result -> ToolError mapping."""
+    """Receive result -> ToolError mapping."""
 
     def test_file_not_found(self):
         e = FileNotFoundError("foo.py")
@@ -30,13 +31,13 @@ class TestToolErrorFromException:
         assert "suggested_fix" in error.message or error.suggested_fix
 
     def test_timeout(self):
-        e = asyncio.TimeoutError()  # noqa: UP041 - the RFC's test, verbatim
+        e = asyncio.TimeoutError()  # noqa: UP041 - the old alias, on purpose
         error = ToolError.from_exception(e, "run_command")
         assert error.code == ToolErrorCode.TIMEOUT
         assert error.recoverable is True
         assert error.retry_strategy == "same"
 
-    def test_rate_limit(self):  # E7
+    def test_rate_limit(self):
         from httpx import HTTPStatusError, Request, Response
 
         req = Request("GET", "https://api.example.com")
@@ -46,7 +47,7 @@ class TestToolErrorFromException:
         assert error.code == ToolErrorCode.RATE_LIMIT
         assert error.recoverable is True
 
-    def test_network_failure(self):  # E8
+    def test_network_failure(self):
         import httpx
 
         e = httpx.ConnectError("Connection refused")
@@ -56,7 +57,7 @@ class TestToolErrorFromException:
 
 
 class TestRetryStrategy:
-    """Journey A7, A9: Handle result with retry strategy."""
+    """Handle result with retry strategy: retry, then escalate."""
 
     def test_validation_error_rephrase(self):
         error = ToolError(code=ToolErrorCode.VALIDATION, message="Invalid path format",
@@ -71,7 +72,7 @@ class TestRetryStrategy:
         assert should_retry(error, attempt=3) is False
         assert get_retry_strategy(error, attempt=3) == "escalate"
 
-    def test_permission_unrecoverable(self):  # A10
+    def test_permission_unrecoverable(self):
         error = ToolError(code=ToolErrorCode.PERMISSION, message="Cannot access /etc/shadow",
                           recoverable=False)
         assert should_retry(error, attempt=1) is False

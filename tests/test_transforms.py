@@ -1,4 +1,4 @@
-"""The schema transform vocabulary (issue 3 item 1): each op, the restore steps that put
+"""The schema transform vocabulary: each op, the restore steps that put
 returned arguments back into the original shape, and parameter validation."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Conversations fitted to the model's own chat template (issue 18, parts 1, 2 and 6).
+"""Conversations fitted to the model's own chat template.
 
 The templates in tests/chat_templates/ each reproduce one documented behaviour of a public
 template (a system-position guard, single-system rendering, an alternation guard, no tool

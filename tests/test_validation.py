@@ -1,4 +1,4 @@
-"""Call validation (RFC-136 §10), retry feedback with a corrected example call
+"""Call validation, retry feedback with a corrected example call
 (validate-and-retry), size guards and the dispatcher envelope {ok, data, warnings,
 errors}."""
 

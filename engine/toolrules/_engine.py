@@ -195,7 +195,7 @@ class Engine:
 
     def parse_request(self, body: Any, provider: str, *, omitted: dict[str, str] | None = None
                       ) -> tuple[list[Message], list[Tool], Any]:
-        """A request body in `provider`'s format -> (messages, tools, tool_choice) in UTP.
+        """A request body in `provider`'s format -> (messages, tools, tool_choice), neutral values.
         `omitted`: where tool entries the rules let a caller leave out (built-in tools the
         upstream cannot provide) are recorded (label -> reason); without it they refuse."""
         return self._providers.parse_request(body, provider, omitted=omitted)
@@ -271,7 +271,7 @@ class Engine:
     def render_emulation(self, tools: Any, model: Any = None, task_hint: str | None = None, *,
                          capability: Capability | None = None, style: str | None = None,
                          examples: bool | int | Sequence[Any] | None = None) -> str:
-        """A tool-calling prompt for a model without native tools (RFC-136 §4)."""
+        """A tool-calling prompt for a model without native tools (an emulation prompt)."""
         return self._emulation.render_emulation(tools, model, task_hint, capability=capability, style=style, examples=examples)
 
     def render_call(self, calls: ToolCall | Mapping[str, Any] | Sequence[Any], tools: Any = None,

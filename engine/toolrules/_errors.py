@@ -140,8 +140,8 @@ class CapabilityError(ToolrulesError):
 
 class UnsupportedContentError(CapabilityError):
     """Content that cannot be carried where it has to go: a block a reader cannot take
-    into UTP, or a part the target API (or model) has no way to receive. Refused, never
-    dropped. `part_type`: the block or part type; `where`: its place (``messages[2],
+    as a ContentPart, or a part the target API (or model) has no way to receive. Refused,
+    never dropped. `part_type`: the block or part type; `where`: its place (``messages[2],
     block 1``) when known."""
 
     def __init__(self, message: str, *, part_type: str | None = None, where: str | None = None):

@@ -1,4 +1,5 @@
-"""The Unified Tool Protocol: the one internal representation between every wire format.
+"""The neutral tool-call values (UTP in the code): the one internal representation between
+every wire format.
 
 Values are frozen dataclasses. Nothing here knows a provider or a model; adapters in
 rules/ translate to and from these shapes.

@@ -1,5 +1,5 @@
-"""Tool engineering: description audit and enhancement (RFC-136 §8, rules/tool_audit.yaml)
-and read/write classification for parallel execution planning (§9, rules/tool_classes.yaml)."""
+"""Tool engineering: description audit and enhancement (rules/tool_audit.yaml) and
+read/write classification for parallel execution planning (rules/tool_classes.yaml)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Tool namespacing (RFC-136 §12): `github_search` vs `jira_search`, grouping, and keeping
+"""Tool namespacing: `github_search` vs `jira_search`, grouping, and keeping
 only the namespaces a task needs. Separator, prefix and scores: rules/tool_selection.yaml."""
 
 from __future__ import annotations

@@ -1,6 +1,7 @@
 """Engine methods for checking calls before they run: validation with retry feedback,
-structured tool errors and the dispatcher envelope; plus the module-level functions with
-the RFC-136 names, which use the default engine unless given `engine=`.
+structured tool errors and the dispatcher envelope; plus the same operations as module-level
+functions (`validate_tool_call`, `dispatch_tool_call` ...), which use the default engine
+unless given `engine=`.
 
 Everything here interprets rules/validation.yaml and errors.yaml; this module only wires
 them together.

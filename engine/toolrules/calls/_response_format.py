@@ -1,6 +1,6 @@
-"""Tool result size and verbosity (RFC-136 §11), driven by rules/response_format.yaml:
-truncation with hints that steer the agent to cheaper queries, and concise/detailed
-list formatting through a template (results/list.j2)."""
+"""Tool result size and verbosity (response format control), driven by
+rules/response_format.yaml: truncation with hints that steer the agent to cheaper queries,
+and concise/detailed list formatting through a template (results/list.j2)."""
 
 from __future__ import annotations
 

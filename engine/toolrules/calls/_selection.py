@@ -1,4 +1,4 @@
-"""Fitting a tool set into a small context window (RFC-136 journey E6), driven by
+"""Fitting a tool set into a small context window (context overflow), driven by
 rules/tool_selection.yaml: relevance ranking against a task hint, description cutting,
 optional-parameter removal, a token budget and a tool-count limit."""
 
@@ -127,7 +127,7 @@ def selection_rules(engine: Any = None) -> SelectionRules:
 
 def optimize_tool_definitions(tools: Any, capability: Capability | str | None = None,
                               task_hint: str | None = None, *, engine: Any = None) -> tuple[Tool, ...]:
-    """The tools a model with this capability should see (RFC-136 E6).
+    """The tools a model with this capability should see (the context budget).
 
     Windows that are unknown or at least `budget.no_limit_from` tokens keep every tool.
     Smaller ones: tools ranked by relevance to `task_hint`, descriptions cut below

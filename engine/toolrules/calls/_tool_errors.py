@@ -1,4 +1,4 @@
-"""Structured tool errors (RFC-136 §6), driven by rules/errors.yaml.
+"""Structured tool errors, driven by rules/errors.yaml.
 
 `ToolError.from_exception` walks the exception and its cause chain through the table's
 ordered mappings (exception class names, HTTP status, message regex); codes give the

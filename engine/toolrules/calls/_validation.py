@@ -1,7 +1,7 @@
 """Validating tool calls against their JSON Schema, driven by rules/validation.yaml.
 
-Structured, actionable errors (RFC-136 §10), retry feedback that carries a corrected
-example call, the dispatcher's size guards and its `{ok, data, warnings, errors}`
+Structured, actionable errors for validate-and-retry loops, retry feedback that carries a
+corrected example call, the dispatcher's size guards and its `{ok, data, warnings, errors}`
 envelope. Schemas are checked with jsonschema's draft 2020-12 validator ($ref, anyOf,
 formats; formats jsonschema cannot check alone come from the table as regexes).
 Coercions ("3" -> 3) happen only when the caller opts in, and only where the schema

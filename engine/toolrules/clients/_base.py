@@ -1,10 +1,10 @@
 """The model client protocol: what the tool loop needs from a model, whatever serves it.
 
-A client turns a conversation in the Unified Tool Protocol (Messages, Tools) into one model
-turn and reads the answer back as a `ParsedResponse` (or a stream of `StreamChunk`s). The
-wire side is the client's: native tool fields for a model that has them, the emulation
-prompt and the model's dialect for one that does not (`Engine.build_request`,
-`Engine.text_parser`). The loop never sees a wire format.
+A client turns a conversation as neutral values (Messages, Tools) into one model turn and
+reads the answer back as a `ParsedResponse` (or a stream of `StreamChunk`s). The wire side
+is the client's: native tool fields for a model that has them, the emulation prompt and the
+model's dialect for one that does not (`Engine.build_request`, `Engine.text_parser`). The
+loop never sees a wire format.
 """
 
 from __future__ import annotations

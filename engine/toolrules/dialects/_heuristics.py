@@ -1,6 +1,6 @@
 """Opt-in prose heuristics: "I'll use the search tool" -> a call to an offered tool.
 
-The lowest rung of the parsing hierarchy (UTP §2.3): used only when a caller asks for
+The last resort, after every structured call format: used only when a caller asks for
 it (`text_parser(heuristics=True)`), only when no structured call was found, and only
 for names of tools that were offered. Patterns are data: rules/heuristics.yaml.
 """

@@ -1,6 +1,6 @@
 """Engine methods for emulation prompts: selecting a style, rendering the prompt and the
 example calls, writing an emulated conversation's history back in the prompt's format; plus
-`build_emulation_prompt`, the RFC-136 module-level name (default engine unless `engine=`).
+`build_emulation_prompt`, the same as a module-level function (default engine unless `engine=`).
 
 Everything here interprets rules/emulation.yaml, tool_selection.yaml and the templates;
 this module only wires them together.
@@ -101,7 +101,7 @@ class EmulationPart(Part):
     def render_emulation(self, tools: Any, model: Any = None, task_hint: str | None = None, *,
                          capability: Capability | None = None, style: str | None = None,
                          examples: bool | int | Sequence[Any] | None = None) -> str:
-        """A tool-calling prompt for a model without native tools (RFC-136 §4).
+        """A tool-calling prompt for a model without native tools (an emulation prompt).
 
         The template is picked by capability (emulation_style, dialect, context window,
         parallel support) through rules/emulation.yaml, unless `style` names one. Guidance
@@ -308,7 +308,7 @@ class EmulationPart(Part):
 
 def build_emulation_prompt(tools: Any, capability: Capability | None = None,
                            task_hint: str | None = None, *, engine: Any = None) -> str:
-    """RFC-136 name for render_emulation with a capability."""
+    """render_emulation with a capability, as a module-level function."""
     return resolve_engine(engine).render_emulation(tools, None, task_hint,
                                             capability=capability or Capability())
 

@@ -1,4 +1,4 @@
-"""Emulation prompts for models without native tools (RFC-136 §4), driven by
+"""Emulation prompts for models without native tools (adaptive tool emulation), driven by
 rules/emulation.yaml and templates/emulation/*.j2, and the sandboxed Jinja environment
 every toolrules template renders in.
 

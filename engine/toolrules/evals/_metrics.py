@@ -1,4 +1,4 @@
-"""Evaluation metrics (the RFC-136 success metrics for tool calling): per-call records
+"""Evaluation metrics (the success metrics for tool calling): per-call records
 (`ToolCallEvent`), per-run records (`RunRecord`) and the aggregate
 (`ToolEvaluationMetrics`), computed from runs.
 

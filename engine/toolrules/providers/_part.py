@@ -477,7 +477,7 @@ class ProvidersPart(Part):
 
     def parse_request(self, body: Any, provider: str, *, omitted: dict[str, str] | None = None
                       ) -> tuple[list[Message], list[Tool], Any]:
-        """A request body in `provider`'s format -> (messages, tools, tool_choice) in UTP.
+        """A request body in `provider`'s format -> (messages, tools, tool_choice), neutral values.
 
         tool_choice comes back as 'auto', 'none', 'required',
         {'type': 'function', 'function': {'name': ...}}, or None when the body has none.
@@ -643,7 +643,7 @@ class ProvidersPart(Part):
         repairs: tuple[str, ...] = ()
         reads, dialect = self._fallback(prov, model, tools) if content else (False, None)
         if reads:
-            # Parsing hierarchy (UTP §2.3): native calls first; calls read from the text
+            # Parsing hierarchy: native calls first; calls read from the text
             # follow, except those identical to a native one (a server that parsed the
             # calls and also left their text in the content).
             parsed = self._content_parser(model, tools, ids, dialect).parse(

@@ -93,7 +93,8 @@ SCENARIO_SCHEMA: dict[str, Any] = {
     "tier": {**_str("simple (1-2 parameters), medium, complex (10+ parameters), realistic "
                     "(multi-step work), guardrail, chat", "tier: simple",
                     allowed=list(SCENARIO_TIERS)), "required": True},
-    "source": _str("where the scenario comes from", "source: tool-loop PoC scenario set"),
+    "source": _str("where the scenario comes from",
+                   "source: tool-loop set on the editor workspace"),
     "tags": _strlist("names a --scenarios list may use", "tags: [smoke]"),
     "task": {**_str("the user's task"), "required": True, "empty": False},
     "system": _str("a system message before the task"),

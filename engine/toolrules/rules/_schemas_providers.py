@@ -54,12 +54,13 @@ _CHOICE_ENTRY = {
     },
 }
 
-_READER = _section("how to read one wire message (request history or response) into UTP", {
+_READER = _section("how to read one wire message (request history or response) as a "
+                   "Message", {
     "role": _expr("the wire role", "role: role"),
     "roles": {"type": "dict", "keysrules": {"type": "string"},
               "valuesrules": {"type": "string",
                               "allowed": ["system", "user", "assistant", "tool"]},
-              **_doc("wire role -> UTP role when they differ", "roles: {model: assistant}")},
+              **_doc("wire role -> Message role when they differ", "roles: {model: assistant}")},
     "text": _expr("the text: a string or a list of strings (joined)",
                   "text: \"content[?type=='text'].text\""),
     "reasoning": _expr("reasoning/thinking text: a string or a list of strings",
@@ -83,14 +84,14 @@ _READER = _section("how to read one wire message (request history or response) i
                     "blocks: \"type(content) == 'array' && content || null\""),
     "parts": {"type": "list", "nullable": True, **_doc(
         "rules for content blocks (of `blocks`, and of a result's `result.blocks`), tried "
-        "in order; the first whose `when` holds decides: `part` reads the block as a UTP "
-        "content part, `skip` says which other field reads it (or why it is not carried), "
+        "in order; the first whose `when` holds decides: `part` reads the block as a "
+        "ContentPart, `skip` says which other field reads it (or why it is not carried), "
         "`refuse` refuses the request with that reason. A block no rule matches is "
         "refused", "parts: [{when: \"type == 'text'\", part: \"{type: 'text', text: "
         "text}\"}]"),
         "schema": {"type": "dict", "schema": {
             "when": _expr("the rule applies when this holds over the block", required=True),
-            "part": _expr("the UTP part: {type: text|image|audio|document, text, "
+            "part": _expr("the ContentPart: {type: text|image|audio|document, text, "
                           "media_type, data (base64), url (a data: URL is split into "
                           "media_type and data), file_id, name}",
                           "part: \"{type: 'image', url: image_url.url}\""),
@@ -101,7 +102,7 @@ _READER = _section("how to read one wire message (request history or response) i
         }}},
 })
 
-_WRITER = _section("how to write UTP messages as wire messages", {
+_WRITER = _section("how to write Messages as wire messages", {
     "path": _str("body path of the message list", "path: messages"),
     "system": _expr("a system message (when system placement is `message`)",
                     "system: \"{role: 'system', content: text}\""),
@@ -424,7 +425,7 @@ PROVIDER_SCHEMA: dict[str, Any] = {
     "aliases": _strlist("other names users may type for this provider (lowercase)",
                         "aliases: [my-server, my-server-v2]"),
     "docs": _str("link to the provider's API reference"),
-    "lossy": _strlist("UTP details this wire format cannot carry (round-trip tests skip "
+    "lossy": _strlist("message details this wire format cannot carry (round-trip tests skip "
                       "them): tool_error, call_ids, result_names, reasoning, system_position, "
                       "blank_call_text",
                       "lossy: [tool_error]"),
@@ -536,8 +537,9 @@ PROVIDER_SCHEMA: dict[str, Any] = {
         "finish_map": {"type": "dict", "keysrules": {"type": "string"},
                        "valuesrules": {"type": "string", "allowed": [
                            "stop", "length", "tool_calls", "content_filter", "error", "pause"]},
-                       **_doc("wire finish reason -> UTP (stop, length, tool_calls, "
-                              "content_filter, error, pause)", "finish_map: {end_turn: stop}")},
+                       **_doc("wire finish reason -> ParsedResponse.finish_reason (stop, length, "
+                              "tool_calls, content_filter, error, pause)",
+                              "finish_map: {end_turn: stop}")},
         "stop_with_calls": _bool("report tool_calls when the wire says stop but calls came back"),
         "transforms": _strlist("named inbound transforms applied to the wire message(s)",
                                "transforms: [function_call_to_tool_calls]"),

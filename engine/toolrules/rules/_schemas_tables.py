@@ -292,7 +292,7 @@ ERRORS_SCHEMA: dict[str, Any] = {
 
 TOOL_SELECTION_SCHEMA: dict[str, Any] = {
     "description": _DESCRIPTION,
-    "budget": _dict("optimize_tool_definitions (RFC-136 E6)", None, {
+    "budget": _dict("the context budget for small windows (optimize_tool_definitions)", None, {
         "no_limit_from": _int("windows this large (or unknown) keep every tool",
                               "no_limit_from: 32000", min=1),
         "share": _num("share of the window for tool definitions", "share: 0.2", min=0.01, max=1),
@@ -314,7 +314,7 @@ TOOL_SELECTION_SCHEMA: dict[str, Any] = {
         "min_word_chars": _int("shorter words are ignored", "min_word_chars: 3", min=1),
         "stop_words": _strlist("words ignored", "stop_words: [the, a]"),
     }, required=True),
-    "namespaces": _dict("namespacing helpers (RFC-136 §12)", None, {
+    "namespaces": _dict("namespacing helpers (github_search vs jira_search)", None, {
         "separator": _str("between namespace and name", "separator: _", empty=False),
         "description_prefix": _str("prefixed to descriptions ({namespace})",
                                    "description_prefix: '[{namespace}] '"),

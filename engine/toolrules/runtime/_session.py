@@ -1,6 +1,6 @@
 """A chat session on the tool loop (`toolrules chat`): the conversation that persists across
 user turns, the `::` commands (`::help`, `::model`, ...), switching models mid-session with
-the capabilities re-resolved (RFC-136 H11), trust changes, the tool set, saving a transcript.
+the capabilities re-resolved, trust changes, the tool set, saving a transcript.
 
 Nothing here touches a terminal: `cli/_chat.py` reads input and prints what this module
 returns, so every behaviour can be tested without one.
@@ -162,7 +162,7 @@ class ModelInfo:
         return f"{self.parsed.family} {version}".strip()
 
     def notes(self) -> list[str]:
-        """RFC-136 H1: say so when the id is unknown or a custom model inherits a family."""
+        """Say so when the id is unknown or a custom model inherits a family."""
         if not self.parsed.known:
             return [f"unknown model {self.model_id!r}: conservative defaults, tools emulated "
                     f"with {self.capability.emulation_style} prompts"]
@@ -459,7 +459,7 @@ class ChatSession:
 
     def switch_model(self, spec: str) -> ModelSwitch:
         """Use another model from the next turn on (the conversation stays): the new
-        model's capabilities are resolved and compared with the old one's (RFC-136 H11).
+        model's capabilities are resolved and compared with the old one's.
         On error (ModelSpecError) the session keeps its model."""
         client = resolve_model(spec, engine=self.engine, base_url=self.base_url)
         new = model_info(spec, client, self.engine)

@@ -1,4 +1,4 @@
-"""RFC-136 §1-2 test tables, verbatim in substance: id parsing and capabilities."""
+"""Model id parsing and capabilities of well-known models, as table tests."""
 
 from __future__ import annotations
 
@@ -40,7 +40,7 @@ def test_parse_model_id(engine, model_id, expected):
     assert result.version == expected.version
     if expected.size:
         assert result.size == expected.size
-    # beyond the RFC's three assertions: the other fields it lists
+    # beyond the table's three assertions: the other fields it lists
     if expected.variant:
         assert result.variant == expected.variant
     if expected.provider:
@@ -83,7 +83,7 @@ def test_custom_model_inheritance(engine):
 
 
 def test_model_switch_journey(engine):
-    """H11: capabilities are re-routed when the user switches model."""
+    """Capabilities are re-routed when the user switches model."""
     cap1 = engine.capability("gpt-4o")
     assert cap1.native_tools is True
     cap2 = engine.capability("ollama/llama3:7b")
@@ -92,7 +92,7 @@ def test_model_switch_journey(engine):
 
 
 def test_custom_model_journey(engine):
-    """H12: a fine-tune inherits its base family."""
+    """A fine-tune inherits its base family."""
     spec = engine.parse_model_id("mycompany/llama3.3-code-ft")
     assert spec.custom is True
     assert spec.family == "llama"
@@ -114,12 +114,12 @@ def test_size_aware_llama(engine):
 
 
 def test_reasoning_models_refuse_required(engine):
-    """E5: o-series reasoning models do not take tool_choice=required."""
+    """O-series reasoning models do not take tool_choice=required."""
     assert engine.capability("o1").supports_tool_choice_required is False
     assert engine.capability("o3-mini").reasoning is True
 
 
 def test_parallel_flags(engine):
-    """E4: a model without parallel support is marked so."""
+    """A model without parallel support is marked so."""
     assert engine.capability("llama3.3:70b").parallel_tools is False
     assert engine.capability("gpt-4o").parallel_tools is True

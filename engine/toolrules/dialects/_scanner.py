@@ -123,6 +123,7 @@ class Machine(State):
         # taken here as the waiting step would take it, without running the machine: the
         # same events, far fewer instructions per token. `lane` (set after each run of
         # the machine) says what is being read.
+        # The lanes stay inline here, not a function each: this runs once per delta.
         if not delta:  # nothing a step could decide on anew
             return
         if self.need:  # a step waits for this much text (or a wake character)

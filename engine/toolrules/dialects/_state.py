@@ -233,6 +233,6 @@ def remember(memo: dict[str, int], s: str, end: int) -> int:
 
 def table_read(table: MarkerTable, s: str) -> int:
     """How much of `s` a step reading up to one of `table`'s markers takes before waiting
-    (step_value, step_skip, step_drop); -1 when a marker in it decides."""
+    (a parameter's value, a skipped or dropped call); -1 when a marker in it decides."""
     end = -1 if table.search(s, 0, False) is not None else len(s) - table.holdback(s, 0)
     return remember(table.memo, s, end)

@@ -4,14 +4,14 @@ A message header (`<|start|>assistant<|channel|>...` before its end marker) is r
 whole, then its routes pick the region or call that follows. A call header (`name[ARGS]`,
 `<function=NAME>`, `functions.NAME:IDX`) is read up to its end marker - never past
 MAX_HEADER characters, and given back as text if a marker of the surrounding region
-comes first - then its pattern yields the tool's name and id (`_named`), and the call
-goes on to its payload or parameters. `header_read` is the same decision for
-`Machine.feed`'s header lane.
+comes first - then its pattern yields the tool's name and id, and the call goes on to
+its payload or parameters. `header_read` is the same decision for `Machine.feed`'s
+header lane.
 """
 
 from __future__ import annotations
 
-from ._compile import HeaderDef, HeaderLane, Region
+from ._compile import HeaderLane, Region
 from ._jsonscan import Balanced
 from ._outcome import finish_call, malformed, passthrough
 from ._state import MAX_HEADER, CallRun, State, remember, unescape, ws_run
@@ -131,11 +131,7 @@ def step_call_header(st: State, run: CallRun, final: bool) -> bool:
     run.header.append(st.consume(run, m.start()))
     if h.ends.actions[m.group()] == "until":
         st.consume(run, m.end())
-    return _named(st, run, h, "".join(run.header))
-
-
-def _named(st: State, run: CallRun, h: HeaderDef, text: str) -> bool:
-    """The header's text is read: the tool's name (and id) from it, or it is no call."""
+    text = "".join(run.header)  # read: the tool's name (and id) from it, or no call
     if h.pattern is not None:
         hm = h.pattern.search(text)
         if hm is None:

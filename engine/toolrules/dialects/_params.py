@@ -1,9 +1,9 @@
 """Tagged parameters: `<parameter=KEY>value</parameter>` pairs, their values as text.
 
-`step_params` is one step of a params payload: between parameters (`_between`) it reads
-a parameter's open marker, the call's close marker or the payload's suffix; `_key` reads
-a parameter's key up to its end (bounded like a call header), then an optional
-value-open marker; `_step_value` reads the value up to its close marker - which, where
+`step_params` is one step of a params payload: between parameters it reads a
+parameter's open marker, the call's close marker or the payload's suffix; in a
+parameter, its key up to the key's end (bounded like a call header), then an optional
+value-open marker. `_step_value` reads the value up to its close marker - which, where
 the dialect asks, only counts when a structural tag follows it - and `_end_value` trims
 it. Values are typed later, from the tool's schema (`_build`).
 """
@@ -22,107 +22,100 @@ __all__ = ["step_params"]
 def step_params(st: State, run: CallRun, final: bool) -> bool:
     pd = run.c.payload.param
     assert pd is not None  # a params payload has its param spec (lint checks it)
+    # between parameters and a parameter's key are read here, not in functions of their
+    # own: each delta there is a step (no lane), and a call per step costs
+    buf, n = st.buf, len(st.buf)
     if run.key is None and not run.value_end:
-        return _between(st, run, pd, final)
-    if run.value_end is None:
-        return _key(st, run, pd, final)
-    return _step_value(st, run, pd, final)
-
-
-def _between(st: State, run: CallRun, pd: ParamDef, final: bool) -> bool:
-    """Between parameters: a parameter, the call's close, or the suffix."""
-    buf, n = st.buf, len(st.buf)
-    i = st.skip_ws(run)
-    if i >= n:
-        return False
-    if run.c.payload.json and not run.params and not run.values \
-            and buf[i] in run.c.payload.starts:
-        run.phase = "payload"
-        return True
-    rest = buf[i:i + 64]
-    suffix = run.c.payload.suffix or ""
-    if not final and ((len(rest) < len(suffix) and suffix.startswith(rest)) or
-                      run.c.close_table.is_prefix(rest)):
-        return False  # could still become the suffix or the close marker
-    if suffix and buf.startswith(suffix, i):
-        st.consume(run, i + len(suffix))
-        return True
-    m = run.c.close_table.match(buf, i, final)
-    if m is not None:
-        st.consume(run, m.end())
-        finish_call(st, run)
-        return True
-    for m_open in pd.open:
-        if buf.startswith(m_open, i):
-            st.consume(run, i + len(m_open))
-            run.key = ""
-            run.header = []
-            run.hlen = 0
-            return True
-    if not final and (any(starts(o, buf, i) for o in pd.open) or
-                      run.c.close_table.is_prefix_at(buf, i) or
-                      starts(run.c.payload.suffix or "\0", buf, i)):
-        return False
-    malformed(st, run, "params-unexpected-text")
-    return True
-
-
-def _key(st: State, run: CallRun, pd: ParamDef, final: bool) -> bool:
-    """A parameter's key, read up to key_until, then an optional value-open marker."""
-    buf, n = st.buf, len(st.buf)
-    if run.key == "":
-        pos = st.pos
-        limit = pos + MAX_HEADER - run.hlen  # the same bound as a call header
-        window = limit + pd.key_until.maxlen
-        m = pd.key_until.search(buf, pos, final, window)
-        if m is not None:
-            known = m.start()
-        elif window < n:
-            known = window  # no end of the key by the limit: too long
-        else:
-            known = n if final else n - pd.key_until.holdback(buf, pos)
-        if m is None or known > limit:
-            if known > limit:
-                run.header.append(st.consume(run, limit))
-                malformed(st, run, "param-key-too-long")
-                return True
-            run.header.append(st.consume(run, known))
-            run.hlen += known - pos
-            return False
-        run.header.append(st.consume(run, m.start()))
-        st.consume(run, m.end())
-        key_text = "".join(run.header)
-        run.header = []
-        if pd.key_pattern is not None:
-            km = pd.key_pattern.search(key_text)
-            if km is None:
-                malformed(st, run, "param-key-not-recognized")
-                return True
-            key = km.group("key")
-            run.key_type = km.groupdict().get("type")
-        else:
-            key = key_text.strip()
-            run.key_type = None
-        run.key = unescape(key, pd.unescape) if key else key
-        if not run.key:
-            malformed(st, run, "param-without-key")
-            return True
-    if pd.value_open:
+        # between parameters: a parameter, the call's close, or the suffix
         i = st.skip_ws(run)
         if i >= n:
             return False
-        for vo in pd.value_open:
-            if buf.startswith(vo, i):
-                st.consume(run, i + len(vo))
-                break
-        else:
-            if not final and any(starts(vo, buf, i) for vo in pd.value_open):
-                return False
-            malformed(st, run, "param-value-missing")
+        if run.c.payload.json and not run.params and not run.values \
+                and buf[i] in run.c.payload.starts:
+            run.phase = "payload"
             return True
-    run.value = []
-    run.value_end = pd.value_end(cast(str, run.key), run.c.close)
-    return True
+        rest = buf[i:i + 64]
+        suffix = run.c.payload.suffix or ""
+        if not final and ((len(rest) < len(suffix) and suffix.startswith(rest)) or
+                          run.c.close_table.is_prefix(rest)):
+            return False  # could still become the suffix or the close marker
+        if suffix and buf.startswith(suffix, i):
+            st.consume(run, i + len(suffix))
+            return True
+        m = run.c.close_table.match(buf, i, final)
+        if m is not None:
+            st.consume(run, m.end())
+            finish_call(st, run)
+            return True
+        for m_open in pd.open:
+            if buf.startswith(m_open, i):
+                st.consume(run, i + len(m_open))
+                run.key = ""
+                run.header = []
+                run.hlen = 0
+                return True
+        if not final and (any(starts(o, buf, i) for o in pd.open) or
+                          run.c.close_table.is_prefix_at(buf, i) or
+                          starts(run.c.payload.suffix or "\0", buf, i)):
+            return False
+        malformed(st, run, "params-unexpected-text")
+        return True
+    if run.value_end is None:
+        # reading the key part up to key_until, then an optional value-open marker
+        if run.key == "":
+            pos = st.pos
+            limit = pos + MAX_HEADER - run.hlen  # the same bound as a call header
+            window = limit + pd.key_until.maxlen
+            m = pd.key_until.search(buf, pos, final, window)
+            if m is not None:
+                known = m.start()
+            elif window < n:
+                known = window  # no end of the key by the limit: too long
+            else:
+                known = n if final else n - pd.key_until.holdback(buf, pos)
+            if m is None or known > limit:
+                if known > limit:
+                    run.header.append(st.consume(run, limit))
+                    malformed(st, run, "param-key-too-long")
+                    return True
+                run.header.append(st.consume(run, known))
+                run.hlen += known - pos
+                return False
+            run.header.append(st.consume(run, m.start()))
+            st.consume(run, m.end())
+            key_text = "".join(run.header)
+            run.header = []
+            if pd.key_pattern is not None:
+                km = pd.key_pattern.search(key_text)
+                if km is None:
+                    malformed(st, run, "param-key-not-recognized")
+                    return True
+                key = km.group("key")
+                run.key_type = km.groupdict().get("type")
+            else:
+                key = key_text.strip()
+                run.key_type = None
+            run.key = unescape(key, pd.unescape) if key else key
+            if not run.key:
+                malformed(st, run, "param-without-key")
+                return True
+        if pd.value_open:
+            i = st.skip_ws(run)
+            if i >= n:
+                return False
+            for vo in pd.value_open:
+                if buf.startswith(vo, i):
+                    st.consume(run, i + len(vo))
+                    break
+            else:
+                if not final and any(starts(vo, buf, i) for vo in pd.value_open):
+                    return False
+                malformed(st, run, "param-value-missing")
+                return True
+        run.value = []
+        run.value_end = pd.value_end(cast(str, run.key), run.c.close)
+        return True
+    return _step_value(st, run, pd, final)
 
 
 def _step_value(st: State, run: CallRun, pd: ParamDef, final: bool) -> bool:

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 from .._types import ParsedResponse, ToolCall
 from ._jsonscan import MAX_DEPTH, too_deep
-from ._scanner import next_call_id
+from ._sink import next_call_id
 
 if TYPE_CHECKING:
     from ._compile import CallDef, Dialect, Region

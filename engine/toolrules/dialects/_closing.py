@@ -1,0 +1,209 @@
+"""How a call ends: its close marker, a malformed call skipped or dropped, the output's end.
+
+`step_close` reads the close marker after a call's payload (or finds the next call or
+section instead); `step_skip` reads a malformed call through its close marker before it
+goes back as text, where a block of code may still hold call lists (`search: offered`);
+`step_drop` drops markup whose header broke off. `call_eof` decides an unfinished call
+at the end of the output: complete calls are kept, a cut-off one (`length`) is dropped,
+a Python call list missing its last bracket may be mended, anything else is text.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any, cast
+
+from ._build import build
+from ._jsonscan import (
+    CALL_NAME,
+    NestingTooDeep,
+    RepairFailed,
+    list_spans,
+    mend_call_list,
+    repair_json,
+    too_deep,
+)
+from ._outcome import finish_call, passthrough, rewind
+from ._state import CallRun, State
+
+__all__ = ["call_eof", "step_close", "step_drop", "step_skip"]
+
+# a call list inside a block of code: [name( or ['name(
+_LIST_START = re.compile(r"""\[\s*['"]?(""" + CALL_NAME + r""")\s*\(""")
+
+
+def step_close(st: State, run: CallRun, final: bool) -> bool:
+    c = run.c
+    buf, n = st.buf, len(st.buf)
+    i = st.skip_ws(run) if c.close else st.pos
+    if not c.close:
+        finish_call(st, run)
+        return True
+    if i >= n:
+        return False
+    m = c.close_table.match(buf, i, final)
+    if m is not None:
+        st.consume(run, m.end())
+        finish_call(st, run)
+        return True
+    if not final and c.close_table.is_prefix_at(buf, i):
+        return False
+    # not our close marker: fine if a marker of the region we return to follows
+    # (the close was omitted, e.g. the next call starts), otherwise malformed
+    exits = run.ret.exits
+    if exits.match(buf, i, final) is not None:
+        finish_call(st, run)
+        return True
+    if not final and exits.is_prefix_at(buf, i):
+        return False
+    run.phase = "skip"
+    return True
+
+
+def step_skip(st: State, run: CallRun, final: bool) -> bool:
+    """Malformed call: consume through its close marker, then give it back as text."""
+    buf = st.buf
+    m = run.c.close_table.search(buf, st.pos, final)
+    if m is None:
+        end = len(buf) if final else len(buf) - run.c.close_table.holdback(buf, st.pos)
+        st.consume(run, end)
+        return False
+    st.consume(run, m.end())
+    if run.c.payload.search and _search_lists(st, run):
+        return True
+    passthrough(st, run, "call-malformed")
+    return True
+
+
+def step_drop(st: State, run: CallRun, final: bool) -> bool:
+    """A call whose header broke off (header `breaks`): markup that is no call. It is
+    dropped through its close marker, or up to the next call's open marker."""
+    buf = st.buf
+    table = run.c.drop_until
+    m = table.search(buf, st.pos, final)
+    if m is None:
+        end = len(buf) if final else len(buf) - table.holdback(buf, st.pos)
+        st.consume(run, end)
+        return False
+    st.consume(run, m.end() if table.actions[m.group()] == "close" else m.start())
+    st.call = None
+    st.region = run.ret
+    st.sink.warn("call-header-unterminated-dropped")
+    return True
+
+
+def call_eof(st: State, finish_reason: str | None) -> None:
+    run = st.call
+    assert run is not None
+    if run.phase in ("after", "close") and run.values:
+        finish_call(st, run)
+        return
+    if finish_reason != "length" and _mend(st, run):
+        return
+    if rewind(st, run):  # the unfinished tail is text, not a cut-off call
+        return
+    # a call at the start whose payload had not begun may have been plain text
+    unbegun = run.anchored and not run.values and (run.phase == "header" or (
+        run.phase == "payload" and (run.bal is None or not run.bal.started)))
+    if finish_reason == "length" and not unbegun:
+        # cut off: never a half call, but complete calls before the cut are kept
+        st.call = None
+        st.region = run.ret
+        kept = list(run.values)
+        if run.phase == "payload" and run.item_end > 0:
+            head = "".join(run.payload)[:run.item_end].lstrip()
+            if head.startswith("["):
+                try:
+                    value, _ = repair_json(head + "]", st.allowed)
+                except RepairFailed:
+                    value = None
+                if isinstance(value, list) and value:
+                    kept.append(value)
+        if kept:
+            run.values = kept
+            try:
+                built = build(st, run) or ()
+            except NestingTooDeep:
+                built = ()
+            for name, args, call_id, repairs in built:
+                st.sink.call(name, args, call_id, "".join(run.raw), repairs)
+        st.sink.warn("truncated-call-dropped")
+        return
+    passthrough(st, run, "incomplete-call")
+
+
+def _mend(st: State, run: CallRun) -> bool:
+    """Repairs `missing-final-bracket` / `unbalanced-quotes`: a Python call list the
+    model finished without its closing bracket, or with a quote around a call never
+    closed, read at the end of the output (never when it was cut off) - only when every
+    call in it names an offered tool."""
+    p = run.c.payload
+    brackets = "missing-final-bracket" in st.allowed
+    quotes = "unbalanced-quotes" in st.allowed
+    if run.phase != "payload" or p.kind != "grammar" or not (brackets or quotes) \
+            or run.bal is None or not run.bal.started:
+        return False
+    text = "".join(run.payload)
+    got = mend_call_list(text, brackets, quotes)
+    if got is None:
+        return False
+    mended, end, used = got
+    if too_deep(mended):
+        return False
+    from ._grammars import parse_payload
+
+    try:
+        value = parse_payload(st.d, cast(str, p.grammar), mended, p.json_values)
+    except ValueError:  # NestingTooDeep included
+        return False
+    if end < len(text):
+        st.unconsume(run, text[end:])  # what follows the list is read again: text
+    run.payload = []
+    run.plen = 0
+    run.bal = None
+    run.started = False
+    run.values.append(value)
+    run.repairs.extend(used)
+    run.lenient = True
+    finish_call(st, run)
+    return True
+
+
+def _search_lists(st: State, run: CallRun) -> bool:
+    """Payload `search: offered`: a block of code that is no call list may hold one
+    (`return [calc(radius=5)]`): call lists inside it whose calls all name offered
+    tools are its calls; the rest of the block was the model's wrapping code."""
+    text = "".join(run.raw)
+    spans: dict[int, int] | None = None
+    values: list[Any] = []
+    after = tries = 0
+    from ._grammars import parse_payload
+
+    for m in _LIST_START.finditer(text):
+        i = m.start()
+        if i < after or not st.offered(m.group(1)):
+            continue
+        if spans is None:
+            spans = list_spans(text)
+        j = spans.get(i)
+        tries += 1
+        if j is None or tries > 64:
+            continue
+        segment = text[i:j]
+        if too_deep(segment):
+            continue
+        try:
+            value = parse_payload(st.d, cast(str, run.c.payload.grammar), segment,
+                                  run.c.payload.json_values)
+        except ValueError:
+            continue
+        if isinstance(value, list) and value:
+            values.append(value)
+            after = j
+    if not values:
+        return False
+    run.values = values
+    run.repairs = []  # (the block's own failure to read as calls is no repair)
+    run.lenient = True
+    finish_call(st, run)
+    return True

@@ -10,6 +10,7 @@
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -30,7 +31,7 @@ if TYPE_CHECKING:  # the scanner is imported on first use: `import toolrules` st
     from ._compile import Dialect
     from ._scanner import Machine, Sink
 
-__all__ = ["DialectsPart", "TextParser", "TextStream", "parse_deadline"]
+__all__ = ["DialectsPart", "TextParser", "TextStream", "parse_clock", "parse_deadline"]
 
 
 # Seconds one output may take to read, in the current context (a proxy request, a loop
@@ -51,6 +52,24 @@ def parse_deadline(seconds: float | None) -> Iterator[None]:
         yield
     finally:
         _DEADLINE.reset(token)
+
+
+# Where the seconds spent reading outputs are added up, in the current context (a proxy
+# request's metrics): parse_clock().
+_CLOCK: ContextVar[list[float] | None] = ContextVar("toolrules_parse_clock", default=None)
+
+
+@contextmanager
+def parse_clock() -> Iterator[list[float]]:
+    """Within this block (and the tasks started in it), the seconds text parsers spend
+    reading model outputs, whole or over a stream's deltas, are added to the first item
+    of the list it yields."""
+    clock = [0.0]
+    token = _CLOCK.set(clock)
+    try:
+        yield clock
+    finally:
+        _CLOCK.reset(token)
 
 
 class TextParser:
@@ -93,6 +112,9 @@ class TextParser:
         m = Machine(self.dialect, sink, self.repairs, self.tools)
         m.restore(self._start)
         m.limit = _DEADLINE.get()
+        clock = m.clock = _CLOCK.get()
+        if clock is not None and m.limit is None:
+            m.limit = math.inf  # timed, never late
         return m
 
     def parse(self, text: str, finish_reason: str | None = "stop") -> ParsedResponse:
@@ -103,9 +125,12 @@ class TextParser:
             raise InputTooLargeError(f"model output is {len(text)} characters; the limit is "
                                      f"{self.max_chars} (text_parser(max_chars=...))")
         limit = _DEADLINE.get()
-        started = time.perf_counter() if limit is not None else 0.0
+        clock = _CLOCK.get()
+        started = time.perf_counter() if limit is not None or clock is not None else 0.0
         if self._whole is not None:
             result = self._parse_whole(self._whole, text, finish_reason)
+            if clock is not None:
+                clock[0] += time.perf_counter() - started
             if limit is not None and time.perf_counter() - started > limit:
                 raise ParseTimeoutError(f"reading the model's output ({len(text)} characters) "
                                         f"took longer than the parse deadline ({limit:g} s)",

@@ -318,7 +318,7 @@ class _CallRun:
 class Machine:
     """Runs one dialect over one output (and, first, over the generation prompt)."""
 
-    __slots__ = ("_pending_call", "allowed", "buf", "call", "chars", "d", "dropped", "final",
+    __slots__ = ("_pending_call", "allowed", "buf", "call", "chars", "clock", "d", "dropped", "final",
                  "header", "header_msg", "lane", "lead", "limit", "lists", "need", "pos",
                  "region", "sink", "spent", "start_ok", "start_skip", "steps", "tools",
                  "undecided", "wake")
@@ -346,6 +346,7 @@ class Machine:
         self.dropped = 0       # characters read and dropped from the front of `buf`
         self.limit: float | None = None  # seconds this output may take (parse_deadline)
         self.spent = 0.0       # seconds taken so far (with a limit)
+        self.clock: list[float] | None = None  # parse_clock(): the seconds are added here
         self.lists: set[str] = set()  # dedupe repeats: the call lists read so far
         self.lane: tuple[Any, ...] | None = None  # see feed()
         self.need = 0          # feed: buffer length before which no step can decide ...
@@ -621,7 +622,10 @@ class Machine:
         try:
             self._loop(final, budget, started + limit - self.spent)
         finally:
-            self.spent += time.perf_counter() - started
+            took = time.perf_counter() - started
+            self.spent += took
+            if self.clock is not None:
+                self.clock[0] += took
         if self.spent > limit:
             raise self._late()
 

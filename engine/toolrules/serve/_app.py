@@ -1,5 +1,6 @@
 """The proxy as an ASGI app (Starlette): the client APIs of the configuration's fronts,
-`GET /v1/models`, `POST .../count_tokens`, `GET /health`.
+`GET /v1/models`, `POST .../count_tokens`, `GET /health` (alive), `GET /ready` (every
+route has a server that answers), `GET /metrics` (Prometheus; `server.metrics`).
 
 Per request: the client's key (constant-time compare), the body (size limit, JSON),
 `parse_request` in the client's format, the route for the requested model, then an
@@ -29,7 +30,7 @@ from .._errors import ParseTimeoutError, ToolrulesError, UnsupportedContentError
 from .._types import ParsedResponse
 from ..calls._tool_errors import ToolErrorCode
 from ..clients._errors import ProviderError
-from ..dialects._parser import parse_deadline
+from ..dialects._parser import parse_clock, parse_deadline
 from ._config import Route, ServeConfig
 from ._conversations import Conversations, prompt_image
 from ._exchange import Exchange, estimate_tokens, options_for, safe_error, unwritable_options
@@ -117,6 +118,34 @@ class _Upstreams:
         """Every server of every route: health and requests in flight in this worker."""
         return [s for fleet in self._fleets.values() for s in fleet.states()]
 
+    def observe(self, observer: Any) -> None:
+        """`observer` is told of requests in flight and servers up or down."""
+        for fleet in self._fleets.values():
+            fleet.observer = observer
+
+    async def probe(self, timeout: float) -> dict[int, list[dict[str, Any]]]:
+        """Every server of every route asked its health check once, concurrently:
+        route index -> [{url, state: up | down | unchecked, reason}] (unchecked: its
+        provider rule names nowhere to ask)."""
+        async def one(fleet: Any, server: Any) -> dict[str, Any]:
+            try:
+                reason = await server.client.health(timeout)
+            except ValueError:
+                return {"url": server.url, "state": "unchecked"}
+            except Exception as exc:  # a check that fails is a server that is down
+                reason = f"{type(exc).__name__}: {exc}"
+            if fleet.observer is not None:
+                fleet.observer.health(fleet.route, server.url, reason is None)
+            return {"url": server.url, "state": "up" if reason is None else "down",
+                    **({"reason": reason} if reason else {})}
+
+        pairs = [(i, f, s) for i, f in self._fleets.items() for s in f.servers]
+        found = await asyncio.gather(*(one(f, s) for _i, f, s in pairs))
+        out: dict[int, list[dict[str, Any]]] = {}
+        for (i, _f, _s), state in zip(pairs, found, strict=True):
+            out.setdefault(i, []).append(state)
+        return out
+
     async def models(self, route: Route, cache: float, timeout: float) -> list[dict[str, Any]]:
         """What the route's upstream lists (`http.models` of its provider rule), asked at
         most every `cache` seconds; a failure raises (ProviderError, CapabilityError)."""
@@ -141,7 +170,8 @@ class ServeApp:
     """The state of one worker: engine, configuration, fronts, upstream clients."""
 
     def __init__(self, engine: Any, config: ServeConfig, *, api_keys: Iterable[str] = (),
-                 trace_dir: str | os.PathLike[str] | None = None):
+                 trace_dir: str | os.PathLike[str] | None = None,
+                 tracer_provider: Any = None):
         self.engine = engine
         self.config = config
         self.fronts = [engine.front(p) for p in config.fronts]
@@ -151,6 +181,23 @@ class ServeApp:
         self.started = time.time()
         self.conversations = Conversations(int(config.server.prefix_memory * (1 << 20)))
         self._templates: dict[int, Any] = {}  # route index -> its compiled chat template
+        self.metrics: Any = None
+        if config.server.metrics:
+            try:
+                from ._metrics import Metrics
+            except ImportError as exc:  # the serve extra brings prometheus_client
+                log.warning("GET /metrics is off: %s (pip install 'toolrules[serve]')", exc)
+            else:
+                self.metrics = Metrics(config)
+                self.upstreams.observe(self.metrics)
+                self.metrics.servers(self.upstreams.states())
+        from ._otel import tracing
+
+        self.tracing = tracing(tracer_provider)
+        # the end of every request is counted (metrics) or traced
+        self.observed = self.metrics is not None or self.tracing is not None
+        self._ready: tuple[float, dict[int, list[dict[str, Any]]]] | None = None
+        self._ready_lock: asyncio.Lock | None = None
 
     # ------------------------------------------------------------ helpers
 
@@ -208,12 +255,17 @@ class ServeApp:
         # every reply is read under the parse deadline: a reply that takes too long to
         # read ends its request, and the worker goes on serving the others
         with parse_deadline(self.config.server.parse_timeout or None):
-            return await self._handle(request, front, streamed)
+            if not self.observed:
+                return await self._handle(request, front, streamed)
+            with parse_clock() as clock:  # the parse time, for the metrics
+                return await self._handle(request, front, streamed, clock)
 
-    async def _handle(self, request: Any, front: Any, streamed: bool = False) -> Any:
+    async def _handle(self, request: Any, front: Any, streamed: bool = False,
+                      clock: list[float] | None = None) -> Any:
         from starlette.responses import Response
 
         started = time.perf_counter()
+        ex: Exchange | None = None
         rid = uuid.uuid4().hex[:24]
         info: dict[str, Any] = {"time": round(time.time(), 3), "id": rid,
                                 "method": request.method, "path": request.url.path,
@@ -267,7 +319,7 @@ class ServeApp:
                           options=options_for(front, upstream_options, body),
                           held_call=self.config.held_call, trace=trace, rewrites=volatile,
                           json_output=front.read_json_output(body),
-                          json_texts=self.config.json_output)
+                          json_texts=self.config.json_output, clock=clock)
             info["mode"] = "native" if ex.native else "emulated"
             if trace is not None:
                 cap = route.engine.capability(ex.model_id)
@@ -282,7 +334,8 @@ class ServeApp:
                            **({"ignored": ignored} if ignored else {}),
                            **({"omitted": omitted} if omitted else {})})
             if stream:
-                return await self._stream(front, ex, body, requested, info, started, trace)
+                return await self._stream(front, ex, body, requested, info, started, trace,
+                                          request.headers)
             try:
                 parsed = await ex.complete()
             except ParseTimeoutError as exc:
@@ -327,8 +380,28 @@ class ServeApp:
             return self._error_response(front, _Reject(500, "the proxy failed; see its log"))
         finally:
             if "status" in info:  # a stream that started logs when it ends
-                info["ms"] = round((time.perf_counter() - started) * 1000.0, 3)
+                ended = time.perf_counter()
+                info["ms"] = round((ended - started) * 1000.0, 3)
                 self._log(info)
+                if self.observed:
+                    self._count(info, ex, started, ended, None, request.headers)
+
+    def _count(self, info: dict[str, Any], ex: Exchange | None, started: float, ended: float,
+               first_token: float | None, headers: Mapping[str, str] | None) -> None:
+        """The request's metrics and trace spans (they never fail a request)."""
+        if self.metrics is not None:
+            try:
+                self.metrics.request(info, ex, started, ended, first_token)
+            except Exception:
+                log.exception("request %s: the metrics failed", info.get("id"))
+        if self.tracing is not None:
+            index = info.get("route")
+            route = self.config.routes[index] if isinstance(index, int) else None
+            try:
+                self.tracing.request(info, ex, started, ended, first_token, headers,
+                                     _route_name(route) if route is not None else "")
+            except Exception:
+                log.exception("request %s: the trace failed", info.get("id"))
 
     def _outcome(self, info: dict[str, Any], ex: Exchange) -> None:
         o = ex.outcome
@@ -394,7 +467,8 @@ class ServeApp:
         return sum(estimate_tokens(body.get(k), cpt) for k in keys)
 
     async def _stream(self, front: Any, ex: Exchange, body: Mapping[str, Any], requested: str,
-                      info: dict[str, Any], started: float, trace: Any) -> Any:
+                      info: dict[str, Any], started: float, trace: Any,
+                      headers: Mapping[str, str] | None = None) -> Any:
         from starlette.responses import StreamingResponse
 
         events = ex.events()
@@ -432,7 +506,7 @@ class ServeApp:
             usage={"input_tokens": self._input_tokens(body, front)})
         return StreamingResponse(
             self._sse(front, ex, events, producer, queue, first, writer, body, info, started,
-                      trace),
+                      trace, headers),
             media_type="text/event-stream",
             headers={"cache-control": "no-cache", "x-accel-buffering": "no"})
 
@@ -450,10 +524,12 @@ class ServeApp:
     async def _sse(self, front: Any, ex: Exchange, events: AsyncGenerator[Any, None],
                    producer: asyncio.Future[Any], queue: asyncio.Queue[tuple[str, Any]],
                    first: tuple[str, Any] | None, writer: Any, body: Mapping[str, Any],
-                   info: dict[str, Any], started: float, trace: Any) -> AsyncIterator[bytes]:
+                   info: dict[str, Any], started: float, trace: Any,
+                   headers: Mapping[str, str] | None = None) -> AsyncIterator[bytes]:
         keep_alive = self.config.server.keep_alive or None
         info["status"] = 200
         first_byte = None
+        first_token: float | None = None
         try:
             yield writer.start()
             first_byte = time.perf_counter()
@@ -473,6 +549,8 @@ class ServeApp:
                 if what == "error":
                     raise item
                 kind, value = item
+                if first_token is None and kind != "done":
+                    first_token = time.perf_counter()
                 if kind == "text":
                     yield writer.text(value)
                 elif kind == "reasoning":
@@ -504,10 +582,13 @@ class ServeApp:
             if not writer.closed:
                 info["disconnected"] = True
             self._outcome(info, ex)
-            info["ms"] = round((time.perf_counter() - started) * 1000.0, 3)
+            ended = time.perf_counter()
+            info["ms"] = round((ended - started) * 1000.0, 3)
             if first_byte is not None:
                 info["first_byte_ms"] = round((first_byte - started) * 1000.0, 3)
             self._log(info)
+            if self.observed:
+                self._count(info, ex, started, ended, first_token, headers)
 
     # ------------------------------------------------------------ the other endpoints
 
@@ -585,14 +666,51 @@ class ServeApp:
         return JSONResponse({"status": "ok", "routes": len(self.config.routes),
                              "fronts": [f.path for f in self.fronts]})
 
+    async def ready(self, request: Any) -> Any:
+        """200 when every route has a server that answers its health check (or names no
+        check to ask), else 503; the body lists each route's servers and their state.
+        The servers are asked at most every `server.ready_cache` seconds."""
+        from starlette.responses import JSONResponse
+
+        server = self.config.server
+        found = self._ready
+        if found is None or time.monotonic() - found[0] >= server.ready_cache:
+            if self._ready_lock is None:
+                self._ready_lock = asyncio.Lock()
+            async with self._ready_lock:  # concurrent probes ask the servers once
+                found = self._ready
+                if found is None or time.monotonic() - found[0] >= server.ready_cache:
+                    found = self._ready = (time.monotonic(),
+                                           await self.upstreams.probe(server.ready_timeout))
+        routes = []
+        for route in self.config.routes:
+            states = found[1].get(route.index, [])
+            ok = any(s["state"] != "down" for s in states)
+            routes.append({"route": route.index, "name": _route_name(route), "ready": ok,
+                           "servers": states})
+        ready = all(r["ready"] for r in routes)
+        return JSONResponse({"status": "ready" if ready else "not ready", "routes": routes},
+                            status_code=200 if ready else 503)
+
+    async def metrics_text(self, request: Any) -> Any:
+        from starlette.responses import Response
+
+        body, ctype = self.metrics.render()
+        return Response(body, media_type=ctype.split(";")[0],
+                        headers={"content-type": ctype})
+
 
 def create_app(engine: Any, config: ServeConfig, *, api_keys: Iterable[str] = (),
-               trace_dir: str | os.PathLike[str] | None = None) -> Any:
-    """The Starlette app for `config` (see `load_config`)."""
+               trace_dir: str | os.PathLike[str] | None = None,
+               tracer_provider: Any = None) -> Any:
+    """The Starlette app for `config` (see `load_config`); `tracer_provider`: an
+    OpenTelemetry tracer provider the request spans go to (else the OTEL_* environment
+    decides, see toolrules.serve._otel)."""
     from starlette.applications import Starlette
     from starlette.routing import Route as HttpRoute
 
-    state = ServeApp(engine, config, api_keys=api_keys, trace_dir=trace_dir)
+    state = ServeApp(engine, config, api_keys=api_keys, trace_dir=trace_dir,
+                     tracer_provider=tracer_provider)
     routes = []
     model_paths: set[str] = set()
     for front in state.fronts:
@@ -608,15 +726,26 @@ def create_app(engine: Any, config: ServeConfig, *, api_keys: Iterable[str] = ()
                 model_paths.add(path)
                 routes.append(HttpRoute(path, state.models, methods=["GET"]))
     routes.append(HttpRoute("/health", state.health, methods=["GET"]))
+    routes.append(HttpRoute("/ready", state.ready, methods=["GET"]))
+    if state.metrics is not None:
+        routes.append(HttpRoute("/metrics", state.metrics_text, methods=["GET"]))
 
     @contextlib.asynccontextmanager
     async def lifespan(_app: Any) -> AsyncIterator[None]:
         yield
         await state.upstreams.aclose()
+        if state.metrics is not None:
+            state.metrics.close()
 
     app = Starlette(routes=routes, lifespan=lifespan)
     app.state.serve = state
     return app
+
+
+def _route_name(route: Route) -> str:
+    from ._metrics import route_label
+
+    return route_label(route)
 
 
 def _bind(handler: Any, front: Any, **kw: Any) -> Any:

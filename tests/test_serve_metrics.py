@@ -16,6 +16,7 @@ import socket
 import subprocess
 import sys
 import time
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -330,3 +331,25 @@ def test_workers_add_up(tmp_path):
             except subprocess.TimeoutExpired:
                 proc.kill()
                 proc.wait()
+
+
+# ---------------------------------------------------------------- the docs agree
+
+def test_the_dashboard_and_the_docs_name_only_real_metrics(tmp_path):
+    import re
+
+    root = Path(__file__).resolve().parent.parent / "docs" / "reference"
+    dashboard = json.loads((root / "grafana-dashboard.json").read_text(encoding="utf-8"))
+    exprs = [t["expr"] for p in dashboard["panels"] for t in p.get("targets", ())]
+    page = (root / "metrics.md").read_text(encoding="utf-8")
+    with WireServer(responder=models_or(lambda s: chat("done"))) as up, \
+            ProxyServer(config=ROUTES.format(url=up.url), tmp=tmp_path) as proxy:
+        fams = scrape(proxy.url)
+    # a family's samples: NAME_total for a counter, NAME_bucket/_sum/_count for a histogram
+    known = {s for f in fams.values() for s in (f.name, f"{f.name}_total", f"{f.name}_bucket",
+                                                 f"{f.name}_sum", f"{f.name}_count")}
+    named = set(re.findall(r"toolrules_[a-z_]+", " ".join(exprs)))
+    assert named and named <= known, named - known
+    table = set(re.findall(r"^\| `(toolrules_[a-z_]+)` \|", page, re.M))
+    families = {f.name + ("_total" if f.type == "counter" else "") for f in fams.values()}
+    assert table == families, (table ^ families)

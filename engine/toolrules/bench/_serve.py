@@ -1,8 +1,9 @@
 """Bench section `serve`: what the proxy adds on top of calling the upstream directly.
 
 Three processes on loopback: a zero-latency fake OpenAI-compatible upstream (raw asyncio
-HTTP/1.1, canned answers), `toolrules serve` in front of it (one worker), and - when its
-binary is found - LiteLLM's proxy in front of the same upstream; the load comes from
+HTTP/1.1, canned answers), `toolrules serve` in front of it (one worker, its metrics on
+as by default), and - when their programs are found - LiteLLM's proxy and
+claude-code-router in front of the same upstream; the load comes from
 this process (a keep-alive pool of the small asyncio HTTP client, uvloop when
 installed). For 1 and
 16 concurrent clients, non-streamed and streamed: requests/s, p50/p99 latency and the
@@ -42,6 +43,14 @@ _RAW_CALL = ('Let me check.\n<tool_call>\n{"name": "get_weather", "arguments": '
              '{"city": "Paris"}}\n</tool_call>')
 _LITELLM_CANDIDATES = ("litellm", "/tmp/litellm-venv/bin/litellm")
 _CCR_CANDIDATES = ("ccr", "/tmp/ccr/node_modules/.bin/ccr")
+
+
+def _ccr_candidates() -> tuple[str, ...]:
+    """`ccr` on the PATH, else where the tests' npm prefix holds it (TOOLRULES_NPM_DIR,
+    else ~/.cache/toolrules/npm; tests/npm_packages.py pins the version)."""
+    npm = os.environ.get("TOOLRULES_NPM_DIR") or str(Path.home() / ".cache" / "toolrules" /
+                                                      "npm")
+    return (*_CCR_CANDIDATES, str(Path(npm) / "node_modules" / ".bin" / "ccr"))
 # Both proxies check a client key (LiteLLM refuses to start without one): same work.
 _KEY = "sk-bench-" + "0123456789abcdef" * 2
 
@@ -302,7 +311,7 @@ def bench(engine: Any, quick: bool) -> list[tuple[str, str]]:
         ours = [py, "-c", "from toolrules.cli import main; main()", "serve", "--upstream",
                 f"openai-compatible:{_MODEL}", "--base-url", f"{up_url}/v1",
                 "--port", str(our_port), "--log-level", "info", "--api-key", _KEY]
-        lite, ccr = _which(_LITELLM_CANDIDATES), _which(_CCR_CANDIDATES)
+        lite, ccr = _which(_LITELLM_CANDIDATES), _which(_ccr_candidates())
         cfg = Path(tmp) / "litellm.yaml"
         # an OpenAI-compatible server has chat completions: LiteLLM's /v1/messages would go
         # to the Responses API without this setting
@@ -349,6 +358,8 @@ def bench(engine: Any, quick: bool) -> list[tuple[str, str]]:
                 if api == "anthropic":
                     checks.append((f"{name}: raw-text call to an Anthropic client",
                                    _run(_tool_use(url))))
+            if ours_ok:  # measured with its metrics on (the default): what a scrape saw
+                checks.append(("toolrules serve: GET /metrics", _scraped(ours_url)))
     direct = {k[2:]: v for k, v in results.items() if k[0] == "direct"}
     for (name, api, clients, stream), r in results.items():
         mode = "stream" if stream else "non-stream"
@@ -364,6 +375,22 @@ def bench(engine: Any, quick: bool) -> list[tuple[str, str]]:
         fig += f"  errors {r.errors}/{r.count}"
         out.append((label, fig))
     return out + checks
+
+
+def _scraped(url: str) -> str:
+    import httpx
+
+    try:
+        r = httpx.get(f"{url}/metrics", timeout=10)
+    except httpx.HTTPError as exc:
+        return f"failed: {exc}"
+    if r.status_code != 200:
+        return f"off (HTTP {r.status_code})"
+    total = 0.0
+    for line in r.text.splitlines():
+        if line.startswith("toolrules_requests_total{"):
+            total += float(line.rsplit(" ", 1)[1])
+    return f"on: toolrules_requests_total {total:.0f}"
 
 
 @contextmanager

@@ -20,16 +20,16 @@ pytest.importorskip("starlette")
 pytest.importorskip("uvicorn")
 pytest.importorskip("opentelemetry.sdk")
 
-from opentelemetry.sdk.trace import TracerProvider  # noqa: E402
-from opentelemetry.sdk.trace.export import SimpleSpanProcessor  # noqa: E402
-from opentelemetry.sdk.trace.export.in_memory_span_exporter import (  # noqa: E402
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import (
     InMemorySpanExporter,
 )
-from opentelemetry.trace import SpanKind  # noqa: E402
+from opentelemetry.trace import SpanKind
 
-from serve_helpers import ProxyServer, oa  # noqa: E402
-from test_serve_metrics import INVALID, VALID, WEATHER, chat, models_or, streamed  # noqa: E402
-from wire_server import WireServer  # noqa: E402
+from serve_helpers import ProxyServer, oa
+from test_serve_metrics import INVALID, VALID, WEATHER, chat, models_or, streamed
+from wire_server import WireServer
 
 ROUTE = """
 routes:

@@ -530,12 +530,25 @@ class ServeApp:
         info["status"] = 200
         first_byte = None
         first_token: float | None = None
+        # What is ready goes out in one write: the events already queued are written
+        # together (a fast upstream's burst is one send, not one per event).
+        pending: list[bytes] = []
         try:
-            yield writer.start()
-            first_byte = time.perf_counter()
+            pending.append(writer.start())
+            if first is None:  # a slow upstream: the stream starts now, kept alive
+                yield pending.pop()
+                first_byte = time.perf_counter()
             while True:
                 if first is not None:
                     entry, first = first, None
+                elif pending and (queue.empty() or len(pending) >= 64):
+                    yield b"".join(pending)
+                    pending.clear()
+                    if first_byte is None:
+                        first_byte = time.perf_counter()
+                    continue
+                elif not queue.empty():
+                    entry = queue.get_nowait()
                 else:
                     try:
                         async with asyncio.timeout(keep_alive):
@@ -552,31 +565,35 @@ class ServeApp:
                 if first_token is None and kind != "done":
                     first_token = time.perf_counter()
                 if kind == "text":
-                    yield writer.text(value)
+                    pending.append(writer.text(value))
                 elif kind == "reasoning":
-                    yield writer.reasoning(value)
+                    pending.append(writer.reasoning(value))
                 elif kind == "call":
-                    yield writer.tool_call(value)
+                    pending.append(writer.tool_call(value))
                 elif kind == "done":
                     usage = {**self._usage(body, value, front), **(ex.outcome.usage or {})}
-                    yield writer.finish(value, usage)
+                    pending.append(writer.finish(value, usage))
+            if pending:
+                yield b"".join(pending)
+                pending.clear()
         except ProviderError as exc:
             failure = upstream_failure(exc)
             info.update(error=exc.code.name, stream_error=failure.status)
-            yield writer.error(failure.status, failure.message, front=front)
+            yield b"".join(pending) + writer.error(failure.status, failure.message, front=front)
         except ParseTimeoutError as exc:
             info.update(error=type(exc).__name__, stream_error=502)
             _record_late(trace, exc)
             late = _late_reject(exc)
-            yield writer.error(late.status, late.message, front=front)
+            yield b"".join(pending) + writer.error(late.status, late.message, front=front)
         except ToolrulesError as exc:
             info.update(error=type(exc).__name__, stream_error=500)
-            yield writer.error(500, f"the proxy could not answer: {safe_error(exc)}",
-                               front=front)
+            yield b"".join(pending) + writer.error(
+                500, f"the proxy could not answer: {safe_error(exc)}", front=front)
         except Exception as exc:  # a bug: the client still gets a well-formed end
             log.exception("request %s failed", info.get("id"))
             info.update(error=type(exc).__name__, stream_error=500)
-            yield writer.error(500, "the proxy failed; see its log", front=front)
+            yield b"".join(pending) + writer.error(500, "the proxy failed; see its log",
+                                                   front=front)
         finally:
             await self._stop(producer, events, trace)
             if not writer.closed:

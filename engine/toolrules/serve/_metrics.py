@@ -120,6 +120,15 @@ class Metrics:
         self._up: dict[tuple[int, str | None], Any] = {}
         self._flight: dict[tuple[int, str | None], Any] = {}
         self._dialects: dict[tuple[int, str], str] = {}
+        self._children: dict[tuple[int, tuple[str, ...]], Any] = {}
+
+    def _c(self, metric: Any, *labels: str) -> Any:
+        """`metric.labels(*labels)`, kept (a request's figures take no lock to find)."""
+        key = (id(metric), labels)
+        child = self._children.get(key)
+        if child is None:
+            child = self._children[key] = metric.labels(*labels)
+        return child
 
     # ------------------------------------------------------------ the fleet's observer
 
@@ -158,19 +167,19 @@ class Metrics:
         if o is not None and o.spans:
             server = o.spans[-1][3] or ""
         status = str(info.get("status", 0))
-        self.requests.labels(route, front, server, status).inc()
+        self._c(self.requests, route, front, server, status).inc()
         error = info.get("error")
         bad = info.get("stream_error")
         if bad is not None or int(status) >= 400:
-            self.errors.labels(route, front, server, str(bad or status),
+            self._c(self.errors, route, front, server, str(bad or status),
                                str(error or "rejected")).inc()
             if error in ("ParseTimeoutError", "ParseError"):
-                self.parse_failures.labels(route, "timeout" if error == "ParseTimeoutError"
+                self._c(self.parse_failures, route, "timeout" if error == "ParseTimeoutError"
                                            else "error").inc()
         total = ended - started
-        self.duration.labels(route, front, stream).observe(total)
+        self._c(self.duration, route, front, stream).observe(total)
         if first_token is not None:
-            self.first_token.labels(route, front).observe(first_token - started)
+            self._c(self.first_token, route, front).observe(first_token - started)
         if o is None:
             return
         upstream = 0.0
@@ -178,11 +187,11 @@ class Metrics:
         for begun, done, parse, url in o.spans:
             upstream += done - begun
             parsing += parse
-            self.upstream_duration.labels(route, url or "").observe(done - begun)
+            self._c(self.upstream_duration, route, url or "").observe(done - begun)
         if o.spans:
-            self.overhead.labels(route, front, stream).observe(max(0.0, total - upstream))
+            self._c(self.overhead, route, front, stream).observe(max(0.0, total - upstream))
             if not ex.native:
-                self.parse_time.labels(route).observe(parsing)
+                self._c(self.parse_time, route).observe(parsing)
         usage = o.usage
         if usage:
             for key, metric in (("input_tokens", self.prompt_tokens),
@@ -190,21 +199,21 @@ class Metrics:
                                 ("output_tokens", self.completion_tokens)):
                 n = usage.get(key)
                 if n:
-                    metric.labels(route, server).inc(n)
+                    self._c(metric, route, server).inc(n)
         if o.calls:
-            self.tool_calls.labels(route, self._read(ex, index)).inc(o.calls)
+            self._c(self.tool_calls, route, self._read(ex, index)).inc(o.calls)
         for name in o.repairs:
-            self.repairs.labels(route, name).inc()
+            self._c(self.repairs, route, name).inc()
         if o.attempts > 1:
-            self.retries.labels(route).inc(o.attempts - 1)
+            self._c(self.retries, route).inc(o.attempts - 1)
         if o.invalid:
-            self.invalid.labels(route).inc(o.invalid)
+            self._c(self.invalid, route).inc(o.invalid)
         for r in o.rewrites:
             kind = r.get("action") if isinstance(r, Mapping) else None
-            self.rewrites.labels(route, str(kind or "other")).inc()
+            self._c(self.rewrites, route, str(kind or "other")).inc()
         share = info.get("prefix_share")
         if share is not None:
-            self.prefix.labels(route).observe(share)
+            self._c(self.prefix, route).observe(share)
 
     def _read(self, ex: Any, index: Any) -> str:
         """How the calls of `ex` were read: native, text_fallback, or the dialect."""

@@ -130,3 +130,25 @@ def test_tracing_is_off_unless_configured(tmp_path, monkeypatch):
     assert tracing() is None
     monkeypatch.setenv("OTEL_TRACES_EXPORTER", "none")
     assert tracing() is None
+
+
+def test_the_environment_sets_up_the_sdk(tmp_path):
+    """OTEL_TRACES_EXPORTER / OTEL_EXPORTER_OTLP_ENDPOINT set up a provider with those
+    exporters (a fresh interpreter: the global provider is set once per process)."""
+    import os
+    import subprocess
+    import sys
+
+    code = ("from opentelemetry import trace\n"
+            "from toolrules.serve._otel import tracing\n"
+            "t = tracing()\n"
+            "p = trace.get_tracer_provider()\n"
+            "names = sorted(type(s.span_exporter).__name__ for s in "
+            "p._active_span_processor._span_processors)\n"
+            "print(type(p).__name__, p.resource.attributes['service.name'], names)\n")
+    env = {**os.environ, "OTEL_TRACES_EXPORTER": "console,otlp",
+           "OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:9"}
+    env.pop("OTEL_SERVICE_NAME", None)
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
+                         text=True, timeout=60, check=True).stdout.strip()
+    assert out == "TracerProvider toolrules-serve ['ConsoleSpanExporter', 'OTLPSpanExporter']"

@@ -353,3 +353,29 @@ def test_the_dashboard_and_the_docs_name_only_real_metrics(tmp_path):
     table = set(re.findall(r"^\| `(toolrules_[a-z_]+)` \|", page, re.M))
     families = {f.name + ("_total" if f.type == "counter" else "") for f in fams.values()}
     assert table == families, (table ^ families)
+
+
+def test_a_client_that_goes_away_ends_its_upstream_request(tmp_path):
+    """Mid-stream, the client closes its connection: the proxy stops reading the upstream
+    (in flight back to 0 long before the upstream would have finished) and counts it."""
+    slow = streamed([f"word{i} " for i in range(40)])
+    slow.chunk_delay = 0.1  # 4 s in all
+    with WireServer(responder=models_or(lambda s: slow)) as up, \
+            ProxyServer(config=ROUTES.format(url=up.url), tmp=tmp_path) as proxy:
+        started = time.monotonic()
+        with httpx.Client(timeout=10) as c, c.stream(
+                "POST", proxy.url + "/v1/chat/completions",
+                json={"model": "qwen", "stream": True,
+                      "messages": [{"role": "user", "content": "talk"}]}) as r:
+            for line in r.iter_lines():
+                if "word1" in line:
+                    break
+        deadline = time.monotonic() + 3
+        while True:
+            m = scrape(proxy.url)
+            if value(m, "toolrules_requests_total", route="qwen") == 1:
+                break
+            assert time.monotonic() < deadline, "the stream did not end"
+            time.sleep(0.05)
+        assert value(m, "toolrules_upstream_in_flight", route="qwen") == 0
+        assert time.monotonic() - started < 3.5

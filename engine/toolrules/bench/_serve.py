@@ -156,13 +156,44 @@ def _wait_http(url: str, proc: subprocess.Popen[bytes], limit: float) -> bool:
     return False
 
 
+class _Started:
+    """A started program: true when it answers; `pid` leads its process group."""
+
+    def __init__(self, ok: bool, pid: int | None):
+        self.ok = ok
+        self.pid = pid
+
+    def __bool__(self) -> bool:
+        return self.ok
+
+
+def _group_cpu(pgid: int | None) -> float | None:
+    """CPU seconds (user + sys) of every process of the group `pgid` so far (Linux; None
+    elsewhere): what a proxy spent, whatever else the machine runs."""
+    if pgid is None or not os.path.isdir("/proc"):
+        return None
+    tick = os.sysconf("SC_CLK_TCK")
+    total = 0.0
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", encoding="ascii", errors="replace") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[2]) == pgid:  # the fields after the name: state ppid pgrp ...
+            total += (int(fields[11]) + int(fields[12])) / tick
+    return total
+
+
 @contextmanager
 def _process(args: list[str], ready_url: str, limit: float,
-             env: dict[str, str] | None = None) -> Iterator[bool]:
+             env: dict[str, str] | None = None) -> Iterator[_Started]:
     proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                             env={**os.environ, **(env or {})}, start_new_session=True)
     try:
-        yield _wait_http(ready_url, proc, limit)
+        yield _Started(_wait_http(ready_url, proc, limit), proc.pid)
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGTERM)
@@ -192,6 +223,7 @@ class _Run:
     ttfb50: float | None
     errors: int
     count: int
+    cpu: float | None = None  # the target's CPU seconds per request
 
 
 def _headers(api: str) -> dict[str, str]:
@@ -300,6 +332,7 @@ def bench(engine: Any, quick: bool) -> list[tuple[str, str]]:
     ours_url, lite_url = f"http://127.0.0.1:{our_port}", f"http://127.0.0.1:{lite_port}"
     ccr_url = f"http://127.0.0.1:{ccr_port}"
     targets: list[tuple[str, str, str]] = [("direct", "openai", f"{up_url}/v1/chat/completions")]
+    pids: dict[str, int | None] = {}
     out: list[tuple[str, str]] = []
     checks: list[tuple[str, str]] = []
     py = sys.executable
@@ -332,6 +365,8 @@ def bench(engine: Any, quick: bool) -> list[tuple[str, str]]:
                  if lite else _null()) as lite_ok, \
                 (_process([ccr, "start"], f"{ccr_url}/health", 60, env={"HOME": str(ccr_home)})
                  if ccr else _null()) as ccr_ok:
+            pids.update({"toolrules serve": ours_ok.pid, "LiteLLM proxy": lite_ok.pid,
+                         "claude-code-router": ccr_ok.pid})
             if ours_ok:
                 targets += [("toolrules serve", "openai", f"{ours_url}/v1/chat/completions"),
                             ("toolrules serve", "anthropic", f"{ours_url}/v1/messages")]
@@ -353,8 +388,12 @@ def bench(engine: Any, quick: bool) -> list[tuple[str, str]]:
             for name, api, url in targets:
                 for clients, count in ((1, n1), (16, n16)):
                     for stream in (False, True):
-                        results[(name, api, clients, stream)] = _run(
+                        cpu0 = _group_cpu(pids.get(name))
+                        r = results[(name, api, clients, stream)] = _run(
                             _load(url, clients, stream, count, limit, api))
+                        cpu1 = _group_cpu(pids.get(name))
+                        if cpu0 is not None and cpu1 is not None and r.count:
+                            r.cpu = (cpu1 - cpu0) / r.count
                 if api == "anthropic":
                     checks.append((f"{name}: raw-text call to an Anthropic client",
                                    _run(_tool_use(url))))
@@ -372,6 +411,8 @@ def bench(engine: Any, quick: bool) -> list[tuple[str, str]]:
             fig += f"  added p50 {_ms(r.p50 - d.p50)}"
             if stream and r.ttfb50 is not None and d.ttfb50 is not None:
                 fig += f"  added ttfb {_ms(r.ttfb50 - d.ttfb50)}"
+        if r.cpu is not None:
+            fig += f"  cpu {_ms(r.cpu)}/req"
         fig += f"  errors {r.errors}/{r.count}"
         out.append((label, fig))
     return out + checks
@@ -394,8 +435,8 @@ def _scraped(url: str) -> str:
 
 
 @contextmanager
-def _null() -> Iterator[bool]:
-    yield False
+def _null() -> Iterator[_Started]:
+    yield _Started(False, None)
 
 
 def _has(module: str) -> bool:

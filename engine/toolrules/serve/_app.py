@@ -469,8 +469,6 @@ class ServeApp:
     async def _stream(self, front: Any, ex: Exchange, body: Mapping[str, Any], requested: str,
                       info: dict[str, Any], started: float, trace: Any,
                       headers: Mapping[str, str] | None = None) -> Any:
-        from starlette.responses import StreamingResponse
-
         events = ex.events()
         # One task pumps the exchange into a queue; the response reads the queue with a
         # timeout, so a waiting stream can ping without a task per event.
@@ -504,7 +502,7 @@ class ServeApp:
                 parsed, front.provider, model=requested, response_id=rid, usage=usage),
             response_id=rid, model=requested, request=body,
             usage={"input_tokens": self._input_tokens(body, front)})
-        return StreamingResponse(
+        return _sse_response()(
             self._sse(front, ex, events, producer, queue, first, writer, body, info, started,
                       trace, headers),
             media_type="text/event-stream",
@@ -757,6 +755,43 @@ def create_app(engine: Any, config: ServeConfig, *, api_keys: Iterable[str] = ()
     app = Starlette(routes=routes, lifespan=lifespan)
     app.state.serve = state
     return app
+
+
+_SSE: list[Any] = []
+
+
+def _sse_response() -> Any:
+    """StreamingResponse that watches for the client's disconnect with one plain asyncio
+    task (Starlette's own starts an anyio task group per stream on ASGI < 2.4 servers)."""
+    if _SSE:
+        return _SSE[0]
+    from starlette.responses import StreamingResponse
+
+    class SseResponse(StreamingResponse):
+        async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+            spec = scope.get("asgi", {}).get("spec_version", "2.0")
+            if scope["type"] != "http" or tuple(map(int, spec.split("."))) >= (2, 4):
+                await super().__call__(scope, receive, send)
+                return
+            stream = asyncio.ensure_future(self.stream_response(send))
+            watch = asyncio.ensure_future(self.listen_for_disconnect(receive))
+            try:
+                await asyncio.wait((stream, watch), return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                ended = not stream.done()  # the client went away: the stream is ended
+                for task in (stream, watch):
+                    if not task.done():
+                        task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await watch
+                if ended:
+                    with contextlib.suppress(asyncio.CancelledError):
+                        await stream
+                else:
+                    await stream  # its exception, if any, goes on
+
+    _SSE.append(SseResponse)
+    return SseResponse
 
 
 def _route_name(route: Route) -> str:

@@ -19,8 +19,8 @@ import json
 import logging
 import math
 import os
+import random
 import time
-import uuid
 from collections.abc import AsyncGenerator, AsyncIterator, Iterable, Mapping
 from dataclasses import asdict
 from pathlib import Path
@@ -266,7 +266,7 @@ class ServeApp:
 
         started = time.perf_counter()
         ex: Exchange | None = None
-        rid = uuid.uuid4().hex[:24]
+        rid = _new_id()
         info: dict[str, Any] = {"time": round(time.time(), 3), "id": rid,
                                 "method": request.method, "path": request.url.path,
                                 "front": front.provider}
@@ -496,7 +496,7 @@ class ServeApp:
             if first[0] == "error":
                 raise first[1]
             raise ToolrulesError("the upstream ended without an answer")
-        rid = front.prov.id_prefix + uuid.uuid4().hex[:24]
+        rid = front.prov.id_prefix + _new_id()
         writer = front.writer(
             lambda parsed, usage: self.engine.build_response(
                 parsed, front.provider, model=requested, response_id=rid, usage=usage),
@@ -758,6 +758,11 @@ def create_app(engine: Any, config: ServeConfig, *, api_keys: Iterable[str] = ()
 
 
 _SSE: list[Any] = []
+
+
+def _new_id() -> str:
+    """24 hex digits naming a request or a response (not a secret: no system call)."""
+    return f"{random.getrandbits(96):024x}"
 
 
 def _sse_response() -> Any:

@@ -163,7 +163,8 @@ class TextStream:
         self._chars = 0
         self._max = parser.max_chars
         # under a deadline the text is kept, so a timeout can show what was read
-        self._seen: list[str] | None = [] if self._m.limit is not None else None
+        limit = self._m.limit
+        self._seen: list[str] | None = [] if limit is not None and limit < math.inf else None
         self.result: ParsedResponse | None = None
 
     def feed(self, delta: str) -> list[StreamChunk]:

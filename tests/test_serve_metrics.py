@@ -379,3 +379,31 @@ def test_a_client_that_goes_away_ends_its_upstream_request(tmp_path):
             time.sleep(0.05)
         assert value(m, "toolrules_upstream_in_flight", route="qwen") == 0
         assert time.monotonic() - started < 3.5
+
+
+def test_calls_a_native_server_left_as_text_are_counted_by_their_dialect(tmp_path):
+    cfg = """
+routes:
+  - model: native
+    upstream: {{provider: openai-compatible, model: qwen3-8b, model_id: Qwen/Qwen3-8B,
+                base_url: {url}/v1}}
+"""
+    with WireServer(responder=models_or(lambda s: chat("done"))) as up, \
+            ProxyServer(config=cfg.format(url=up.url), tmp=tmp_path) as proxy:
+        client = oa(proxy)
+        ask = [{"role": "user", "content": "Weather in Paris?"}]
+        up.replies.append(chat(REPAIRED))  # a server without a tool parser: raw text
+        r = client.chat.completions.create(model="native", messages=ask, tools=[WEATHER])
+        assert r.choices[0].message.tool_calls[0].function.name == "get_weather"
+        up.replies.append(json_reply({  # the server's own field
+            "id": "c", "object": "chat.completion", "created": 1, "model": "up",
+            "choices": [{"index": 0, "finish_reason": "tool_calls", "message": {
+                "role": "assistant", "content": None, "tool_calls": [{
+                    "id": "call_1", "type": "function", "function": {
+                        "name": "get_weather", "arguments": '{"city": "Lyon"}'}}]}}]}))
+        client.chat.completions.create(model="native", messages=ask, tools=[WEATHER])
+        m = scrape(proxy.url)
+        assert value(m, "toolrules_tool_calls_total", route="native", read="hermes") == 1
+        assert value(m, "toolrules_tool_calls_total", route="native", read="native") == 1
+        assert value(m, "toolrules_repairs_total", route="native",
+                     repair="trailing-commas") == 1

@@ -31,7 +31,8 @@ if TYPE_CHECKING:  # the scanner is imported on first use: `import toolrules` st
     from ._compile import Dialect
     from ._scanner import Machine, Sink
 
-__all__ = ["DialectsPart", "TextParser", "TextStream", "parse_clock", "parse_deadline"]
+__all__ = ["DialectsPart", "ParseClock", "TextParser", "TextStream", "parse_clock",
+           "parse_deadline"]
 
 
 # Seconds one output may take to read, in the current context (a proxy request, a loop
@@ -54,17 +55,34 @@ def parse_deadline(seconds: float | None) -> Iterator[None]:
         _DEADLINE.reset(token)
 
 
-# Where the seconds spent reading outputs are added up, in the current context (a proxy
-# request's metrics): parse_clock().
-_CLOCK: ContextVar[list[float] | None] = ContextVar("toolrules_parse_clock", default=None)
+class ParseClock:
+    """What text parsers did in a context (a proxy request, for its metrics)."""
+
+    __slots__ = ("calls", "dialect", "seconds")
+
+    def __init__(self) -> None:
+        self.seconds = 0.0
+        """Seconds spent reading outputs, whole or over a stream's deltas."""
+        self.calls = 0
+        """Calls read from the outputs' text."""
+        self.dialect: str | None = None
+        """The dialect that read the last of them."""
+
+    def read(self, result: ParsedResponse, dialect: str) -> None:
+        if result.tool_calls:
+            self.calls += len(result.tool_calls)
+            self.dialect = dialect
+
+
+# Where the parsers' work is added up, in the current context: parse_clock().
+_CLOCK: ContextVar[ParseClock | None] = ContextVar("toolrules_parse_clock", default=None)
 
 
 @contextmanager
-def parse_clock() -> Iterator[list[float]]:
-    """Within this block (and the tasks started in it), the seconds text parsers spend
-    reading model outputs, whole or over a stream's deltas, are added to the first item
-    of the list it yields."""
-    clock = [0.0]
+def parse_clock() -> Iterator[ParseClock]:
+    """Within this block (and the tasks started in it), text parsers add the time they
+    spend reading model outputs and the calls they read to the ParseClock it yields."""
+    clock = ParseClock()
     token = _CLOCK.set(clock)
     try:
         yield clock
@@ -130,7 +148,9 @@ class TextParser:
         if self._whole is not None:
             result = self._parse_whole(self._whole, text, finish_reason)
             if clock is not None:
-                clock[0] += time.perf_counter() - started
+                clock.seconds += time.perf_counter() - started
+                if result is not None:
+                    clock.read(result, self.dialect.id)
             if limit is not None and time.perf_counter() - started > limit:
                 raise ParseTimeoutError(f"reading the model's output ({len(text)} characters) "
                                         f"took longer than the parse deadline ({limit:g} s)",
@@ -146,7 +166,10 @@ class TextParser:
         except ParseTimeoutError as exc:
             exc.text = text
             raise
-        return _result(m.sink, finish_reason, text, self.heuristics)
+        result = _result(m.sink, finish_reason, text, self.heuristics)
+        if clock is not None:
+            clock.read(result, self.dialect.id)
+        return result
 
     def stream(self) -> TextStream:
         """A new incremental parser for one streamed output."""
@@ -204,6 +227,8 @@ class TextStream:
             exc.text = "".join(self._seen or ())
             raise
         self.result = _result(m.sink, finish_reason, None, self._parser.heuristics)
+        if m.clock is not None:
+            m.clock.read(self.result, self._parser.dialect.id)
         out, m.sink.out = m.sink.out, []
         return out
 

@@ -346,7 +346,7 @@ class Machine:
         self.dropped = 0       # characters read and dropped from the front of `buf`
         self.limit: float | None = None  # seconds this output may take (parse_deadline)
         self.spent = 0.0       # seconds taken so far (with a limit)
-        self.clock: list[float] | None = None  # parse_clock(): the seconds are added here
+        self.clock: Any = None  # parse_clock()'s ParseClock: the seconds are added there
         self.lists: set[str] = set()  # dedupe repeats: the call lists read so far
         self.lane: tuple[Any, ...] | None = None  # see feed()
         self.need = 0          # feed: buffer length before which no step can decide ...
@@ -625,7 +625,7 @@ class Machine:
             took = time.perf_counter() - started
             self.spent += took
             if self.clock is not None:
-                self.clock[0] += took
+                self.clock.seconds += took
         if self.spent > limit:
             raise self._late()
 

@@ -261,7 +261,7 @@ class ServeApp:
                 return await self._handle(request, front, streamed, clock)
 
     async def _handle(self, request: Any, front: Any, streamed: bool = False,
-                      clock: list[float] | None = None) -> Any:
+                      clock: Any = None) -> Any:
         from starlette.responses import Response
 
         started = time.perf_counter()

@@ -62,6 +62,9 @@ class Outcome:
     """The repairs every attempt's answer needed."""
     final: ParsedResponse | None = None
     """What the client got."""
+    text_calls: int = 0
+    """Calls the last attempt's answer held as raw text, read by `text_dialect`."""
+    text_dialect: str | None = None
 
 
 @dataclass(frozen=True)
@@ -92,9 +95,9 @@ class Exchange:
                  trace: Any = None, numbered_ids: bool = False,
                  rewrites: list[dict[str, Any]] | None = None,
                  json_output: dict[str, Any] | None = None,
-                 json_texts: JsonTexts | None = None, clock: list[float] | None = None):
+                 json_texts: JsonTexts | None = None, clock: Any = None):
         self.route = route
-        self.clock = clock  # parse_clock(): seconds spent parsing, added up
+        self.clock = clock  # parse_clock()'s ParseClock: what the parsers did
         self.engine = route.engine
         self.client = client
         self.model_id: str = client.as_model
@@ -105,6 +108,7 @@ class Exchange:
         self.trace = trace
         self._numbered = 0 if numbered_ids else None
         self._parsed_before = 0.0
+        self._calls_before = 0
         self.outcome = Outcome()
         # what was changed before the conversation reached the upstream client (client
         # metadata taken out: the front's serve.volatile)
@@ -221,8 +225,11 @@ class Exchange:
         clock = self.clock
         parsing = 0.0
         if clock is not None:
-            parsing = clock[0] - self._parsed_before
-            self._parsed_before = clock[0]
+            parsing = clock.seconds - self._parsed_before
+            self._parsed_before = clock.seconds
+            self.outcome.text_calls = clock.calls - self._calls_before
+            self.outcome.text_dialect = clock.dialect
+            self._calls_before = clock.calls
         self.outcome.spans.append((started, time.perf_counter(), parsing,
                                    getattr(self.client, "server", None)))
         if parsed.repairs:

@@ -201,7 +201,12 @@ class Metrics:
                 if n:
                     self._c(metric, route, server).inc(n)
         if o.calls:
-            self._c(self.tool_calls, route, self._read(ex, index)).inc(o.calls)
+            read = self._read(ex, index)
+            texts = min(o.calls, o.text_calls) if read == "native" else 0
+            if texts:  # a native upstream's server left them as raw text in its content
+                self._c(self.tool_calls, route, str(o.text_dialect or "unknown")).inc(texts)
+            if o.calls > texts:
+                self._c(self.tool_calls, route, read).inc(o.calls - texts)
         for name in o.repairs:
             self._c(self.repairs, route, name).inc()
         if o.attempts > 1:

@@ -31,6 +31,8 @@ PINNED: dict[str, tuple[str, str]] = {
     "mcp-server-filesystem": ("@modelcontextprotocol/server-filesystem@2026.8.31",
                               "mcp-server-filesystem"),
     "mcp-inspector": ("@modelcontextprotocol/inspector@2.12.0", "mcp-inspector"),
+    # `toolrules bench serve` compares the proxy with it (found in this prefix)
+    "ccr": ("@musistudio/claude-code-router@2.0.0", "ccr"),
 }
 
 

@@ -21,7 +21,8 @@ class ProxyServer:
 
     def __init__(self, *, config: str | None = None, upstream: str | None = None,
                  base_url: str | None = None, api_keys: tuple[str, ...] = (),
-                 trace_dir: str | None = None, tmp: Path | None = None, engine: Any = None):
+                 trace_dir: str | None = None, tmp: Path | None = None, engine: Any = None,
+                 **app_kw: Any):
         self.engine = engine or toolrules.load()
         path = None
         if config is not None:
@@ -29,7 +30,8 @@ class ProxyServer:
             path = tmp / "proxy.yaml"
             path.write_text(config, encoding="utf-8")
         self.config = load_config(self.engine, path, upstream=upstream, base_url=base_url)
-        self.app = create_app(self.engine, self.config, api_keys=api_keys, trace_dir=trace_dir)
+        self.app = create_app(self.engine, self.config, api_keys=api_keys, trace_dir=trace_dir,
+                              **app_kw)
         self._sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         self._sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         self._sock.bind(("127.0.0.1", 0))

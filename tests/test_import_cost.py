@@ -16,7 +16,8 @@ import toolrules
 # Dependencies a program pays for only when it uses the feature that needs them.
 HEAVY = ("asyncio", "concurrent.futures", "ssl", "httpx", "jsonschema", "jinja2",
          "llama_cpp", "starlette", "uvicorn", "pydantic", "lark", "cerberus", "jmespath",
-         "click", "rich", "yaml", "plotly", "prompt_toolkit")
+         "click", "rich", "yaml", "plotly", "prompt_toolkit", "prometheus_client",
+         "opentelemetry")
 # toolrules' own subpackages that `import toolrules` and `load()` must not reach
 LAZY_PACKAGES = ("runtime", "clients", "serve", "evals", "calls", "dialects", "emulation",
                  "providers", "models", "cli", "golden", "bench")

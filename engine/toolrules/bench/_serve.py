@@ -1,8 +1,9 @@
 """Bench section `serve`: what the proxy adds on top of calling the upstream directly.
 
 Three processes on loopback: a zero-latency fake OpenAI-compatible upstream (raw asyncio
-HTTP/1.1, canned answers), `toolrules serve` in front of it (one worker), and - when its
-binary is found - LiteLLM's proxy in front of the same upstream; the load comes from
+HTTP/1.1, canned answers), `toolrules serve` in front of it (one worker, its metrics on
+as by default), and - when their programs are found - LiteLLM's proxy and
+claude-code-router in front of the same upstream; the load comes from
 this process (a keep-alive pool of the small asyncio HTTP client, uvloop when
 installed). For 1 and
 16 concurrent clients, non-streamed and streamed: requests/s, p50/p99 latency and the
@@ -42,6 +43,14 @@ _RAW_CALL = ('Let me check.\n<tool_call>\n{"name": "get_weather", "arguments": '
              '{"city": "Paris"}}\n</tool_call>')
 _LITELLM_CANDIDATES = ("litellm", "/tmp/litellm-venv/bin/litellm")
 _CCR_CANDIDATES = ("ccr", "/tmp/ccr/node_modules/.bin/ccr")
+
+
+def _ccr_candidates() -> tuple[str, ...]:
+    """`ccr` on the PATH, else where the tests' npm prefix holds it (TOOLRULES_NPM_DIR,
+    else ~/.cache/toolrules/npm; tests/npm_packages.py pins the version)."""
+    npm = os.environ.get("TOOLRULES_NPM_DIR") or str(Path.home() / ".cache" / "toolrules" /
+                                                      "npm")
+    return (*_CCR_CANDIDATES, str(Path(npm) / "node_modules" / ".bin" / "ccr"))
 # Both proxies check a client key (LiteLLM refuses to start without one): same work.
 _KEY = "sk-bench-" + "0123456789abcdef" * 2
 
@@ -147,13 +156,44 @@ def _wait_http(url: str, proc: subprocess.Popen[bytes], limit: float) -> bool:
     return False
 
 
+class _Started:
+    """A started program: true when it answers; `pid` leads its process group."""
+
+    def __init__(self, ok: bool, pid: int | None):
+        self.ok = ok
+        self.pid = pid
+
+    def __bool__(self) -> bool:
+        return self.ok
+
+
+def _group_cpu(pgid: int | None) -> float | None:
+    """CPU seconds (user + sys) of every process of the group `pgid` so far (Linux; None
+    elsewhere): what a proxy spent, whatever else the machine runs."""
+    if pgid is None or not os.path.isdir("/proc"):
+        return None
+    tick = os.sysconf("SC_CLK_TCK")
+    total = 0.0
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", encoding="ascii", errors="replace") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[2]) == pgid:  # the fields after the name: state ppid pgrp ...
+            total += (int(fields[11]) + int(fields[12])) / tick
+    return total
+
+
 @contextmanager
 def _process(args: list[str], ready_url: str, limit: float,
-             env: dict[str, str] | None = None) -> Iterator[bool]:
+             env: dict[str, str] | None = None) -> Iterator[_Started]:
     proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                             env={**os.environ, **(env or {})}, start_new_session=True)
     try:
-        yield _wait_http(ready_url, proc, limit)
+        yield _Started(_wait_http(ready_url, proc, limit), proc.pid)
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGTERM)
@@ -183,6 +223,7 @@ class _Run:
     ttfb50: float | None
     errors: int
     count: int
+    cpu: float | None = None  # the target's CPU seconds per request
 
 
 def _headers(api: str) -> dict[str, str]:
@@ -291,6 +332,7 @@ def bench(engine: Any, quick: bool) -> list[tuple[str, str]]:
     ours_url, lite_url = f"http://127.0.0.1:{our_port}", f"http://127.0.0.1:{lite_port}"
     ccr_url = f"http://127.0.0.1:{ccr_port}"
     targets: list[tuple[str, str, str]] = [("direct", "openai", f"{up_url}/v1/chat/completions")]
+    pids: dict[str, int | None] = {}
     out: list[tuple[str, str]] = []
     checks: list[tuple[str, str]] = []
     py = sys.executable
@@ -302,7 +344,7 @@ def bench(engine: Any, quick: bool) -> list[tuple[str, str]]:
         ours = [py, "-c", "from toolrules.cli import main; main()", "serve", "--upstream",
                 f"openai-compatible:{_MODEL}", "--base-url", f"{up_url}/v1",
                 "--port", str(our_port), "--log-level", "info", "--api-key", _KEY]
-        lite, ccr = _which(_LITELLM_CANDIDATES), _which(_CCR_CANDIDATES)
+        lite, ccr = _which(_LITELLM_CANDIDATES), _which(_ccr_candidates())
         cfg = Path(tmp) / "litellm.yaml"
         # an OpenAI-compatible server has chat completions: LiteLLM's /v1/messages would go
         # to the Responses API without this setting
@@ -323,6 +365,8 @@ def bench(engine: Any, quick: bool) -> list[tuple[str, str]]:
                  if lite else _null()) as lite_ok, \
                 (_process([ccr, "start"], f"{ccr_url}/health", 60, env={"HOME": str(ccr_home)})
                  if ccr else _null()) as ccr_ok:
+            pids.update({"toolrules serve": ours_ok.pid, "LiteLLM proxy": lite_ok.pid,
+                         "claude-code-router": ccr_ok.pid})
             if ours_ok:
                 targets += [("toolrules serve", "openai", f"{ours_url}/v1/chat/completions"),
                             ("toolrules serve", "anthropic", f"{ours_url}/v1/messages")]
@@ -344,11 +388,17 @@ def bench(engine: Any, quick: bool) -> list[tuple[str, str]]:
             for name, api, url in targets:
                 for clients, count in ((1, n1), (16, n16)):
                     for stream in (False, True):
-                        results[(name, api, clients, stream)] = _run(
+                        cpu0 = _group_cpu(pids.get(name))
+                        r = results[(name, api, clients, stream)] = _run(
                             _load(url, clients, stream, count, limit, api))
+                        cpu1 = _group_cpu(pids.get(name))
+                        if cpu0 is not None and cpu1 is not None and r.count:
+                            r.cpu = (cpu1 - cpu0) / r.count
                 if api == "anthropic":
                     checks.append((f"{name}: raw-text call to an Anthropic client",
                                    _run(_tool_use(url))))
+            if ours_ok:  # measured with its metrics on (the default): what a scrape saw
+                checks.append(("toolrules serve: GET /metrics", _scraped(ours_url)))
     direct = {k[2:]: v for k, v in results.items() if k[0] == "direct"}
     for (name, api, clients, stream), r in results.items():
         mode = "stream" if stream else "non-stream"
@@ -361,14 +411,32 @@ def bench(engine: Any, quick: bool) -> list[tuple[str, str]]:
             fig += f"  added p50 {_ms(r.p50 - d.p50)}"
             if stream and r.ttfb50 is not None and d.ttfb50 is not None:
                 fig += f"  added ttfb {_ms(r.ttfb50 - d.ttfb50)}"
+        if r.cpu is not None:
+            fig += f"  cpu {_ms(r.cpu)}/req"
         fig += f"  errors {r.errors}/{r.count}"
         out.append((label, fig))
     return out + checks
 
 
+def _scraped(url: str) -> str:
+    import httpx
+
+    try:
+        r = httpx.get(f"{url}/metrics", timeout=10)
+    except httpx.HTTPError as exc:
+        return f"failed: {exc}"
+    if r.status_code != 200:
+        return f"off (HTTP {r.status_code})"
+    total = 0.0
+    for line in r.text.splitlines():
+        if line.startswith("toolrules_requests_total{"):
+            total += float(line.rsplit(" ", 1)[1])
+    return f"on: toolrules_requests_total {total:.0f}"
+
+
 @contextmanager
-def _null() -> Iterator[bool]:
-    yield False
+def _null() -> Iterator[_Started]:
+    yield _Started(False, None)
 
 
 def _has(module: str) -> bool:

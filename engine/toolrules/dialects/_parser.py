@@ -10,6 +10,7 @@
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -30,7 +31,8 @@ if TYPE_CHECKING:  # the scanner is imported on first use: `import toolrules` st
     from ._compile import Dialect
     from ._scanner import Machine, Sink
 
-__all__ = ["DialectsPart", "TextParser", "TextStream", "parse_deadline"]
+__all__ = ["DialectsPart", "ParseClock", "TextParser", "TextStream", "parse_clock",
+           "parse_deadline"]
 
 
 # Seconds one output may take to read, in the current context (a proxy request, a loop
@@ -51,6 +53,41 @@ def parse_deadline(seconds: float | None) -> Iterator[None]:
         yield
     finally:
         _DEADLINE.reset(token)
+
+
+class ParseClock:
+    """What text parsers did in a context (a proxy request, for its metrics)."""
+
+    __slots__ = ("calls", "dialect", "seconds")
+
+    def __init__(self) -> None:
+        self.seconds = 0.0
+        """Seconds spent reading outputs, whole or over a stream's deltas."""
+        self.calls = 0
+        """Calls read from the outputs' text."""
+        self.dialect: str | None = None
+        """The dialect that read the last of them."""
+
+    def read(self, result: ParsedResponse, dialect: str) -> None:
+        if result.tool_calls:
+            self.calls += len(result.tool_calls)
+            self.dialect = dialect
+
+
+# Where the parsers' work is added up, in the current context: parse_clock().
+_CLOCK: ContextVar[ParseClock | None] = ContextVar("toolrules_parse_clock", default=None)
+
+
+@contextmanager
+def parse_clock() -> Iterator[ParseClock]:
+    """Within this block (and the tasks started in it), text parsers add the time they
+    spend reading model outputs and the calls they read to the ParseClock it yields."""
+    clock = ParseClock()
+    token = _CLOCK.set(clock)
+    try:
+        yield clock
+    finally:
+        _CLOCK.reset(token)
 
 
 class TextParser:
@@ -93,6 +130,9 @@ class TextParser:
         m = Machine(self.dialect, sink, self.repairs, self.tools)
         m.restore(self._start)
         m.limit = _DEADLINE.get()
+        clock = m.clock = _CLOCK.get()
+        if clock is not None and m.limit is None:
+            m.limit = math.inf  # timed, never late
         return m
 
     def parse(self, text: str, finish_reason: str | None = "stop") -> ParsedResponse:
@@ -103,9 +143,14 @@ class TextParser:
             raise InputTooLargeError(f"model output is {len(text)} characters; the limit is "
                                      f"{self.max_chars} (text_parser(max_chars=...))")
         limit = _DEADLINE.get()
-        started = time.perf_counter() if limit is not None else 0.0
+        clock = _CLOCK.get()
+        started = time.perf_counter() if limit is not None or clock is not None else 0.0
         if self._whole is not None:
             result = self._parse_whole(self._whole, text, finish_reason)
+            if clock is not None:
+                clock.seconds += time.perf_counter() - started
+                if result is not None:
+                    clock.read(result, self.dialect.id)
             if limit is not None and time.perf_counter() - started > limit:
                 raise ParseTimeoutError(f"reading the model's output ({len(text)} characters) "
                                         f"took longer than the parse deadline ({limit:g} s)",
@@ -121,7 +166,10 @@ class TextParser:
         except ParseTimeoutError as exc:
             exc.text = text
             raise
-        return _result(m.sink, finish_reason, text, self.heuristics)
+        result = _result(m.sink, finish_reason, text, self.heuristics)
+        if clock is not None:
+            clock.read(result, self.dialect.id)
+        return result
 
     def stream(self) -> TextStream:
         """A new incremental parser for one streamed output."""
@@ -138,7 +186,8 @@ class TextStream:
         self._chars = 0
         self._max = parser.max_chars
         # under a deadline the text is kept, so a timeout can show what was read
-        self._seen: list[str] | None = [] if self._m.limit is not None else None
+        limit = self._m.limit
+        self._seen: list[str] | None = [] if limit is not None and limit < math.inf else None
         self.result: ParsedResponse | None = None
 
     def feed(self, delta: str) -> list[StreamChunk]:
@@ -178,6 +227,8 @@ class TextStream:
             exc.text = "".join(self._seen or ())
             raise
         self.result = _result(m.sink, finish_reason, None, self._parser.heuristics)
+        if m.clock is not None:
+            m.clock.read(self.result, self._parser.dialect.id)
         out, m.sink.out = m.sink.out, []
         return out
 

@@ -309,7 +309,10 @@ class Machine(State):
         try:
             self._loop(final, budget, started + limit - self.spent)
         finally:
-            self.spent += time.perf_counter() - started
+            took = time.perf_counter() - started
+            self.spent += took
+            if self.clock is not None:
+                self.clock.seconds += took
         if self.spent > limit:
             raise self._late()
 

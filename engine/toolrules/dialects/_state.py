@@ -117,8 +117,8 @@ class CallRun:
 class State:
     """One output's scan: the buffer, where it stands, and what it is inside."""
 
-    __slots__ = ("_pending_call", "allowed", "buf", "call", "chars", "d", "dropped", "final",
-                 "header", "header_msg", "lane", "lead", "limit", "lists", "need", "pos",
+    __slots__ = ("_pending_call", "allowed", "buf", "call", "chars", "clock", "d", "dropped",
+                 "final", "header", "header_msg", "lane", "lead", "limit", "lists", "need", "pos",
                  "region", "sink", "spent", "start_ok", "start_skip", "steps", "tools",
                  "undecided", "wake")
 
@@ -145,6 +145,7 @@ class State:
         self.dropped = 0       # characters read and dropped from the front of `buf`
         self.limit: float | None = None  # seconds this output may take (parse_deadline)
         self.spent = 0.0       # seconds taken so far (with a limit)
+        self.clock: Any = None  # parse_clock()'s ParseClock: the seconds are added there
         self.lists: set[str] = set()  # dedupe repeats: the call lists read so far
         self.lane: tuple[Any, ...] | None = None  # see feed()
         self.need = 0          # feed: buffer length before which no step can decide ...

@@ -145,6 +145,12 @@ _SERVER = _section("server limits and behaviour", {
                           "with its conversation's last one (access log `prefix_share`; a "
                           "log line on the turn that breaks it); least recently used "
                           "conversations go first; 0: not measured", "prefix_memory: 64"),
+    "metrics": _bool("serve GET /metrics (Prometheus text format) on the proxy's port "
+                     "(default: yes)"),
+    "ready_cache": _num("seconds GET /ready keeps what it found of the upstream servers "
+                        "before it asks them again", "ready_cache: 5"),
+    "ready_timeout": _num("seconds GET /ready waits for each upstream server's answer; "
+                          "longer counts as down", "ready_timeout: 2"),
 })
 
 SERVE_SCHEMA: dict[str, Any] = {

@@ -1,5 +1,6 @@
 """The proxy as an ASGI app (Starlette): the client APIs of the configuration's fronts,
-`GET /v1/models`, `POST .../count_tokens`, `GET /health`.
+`GET /v1/models`, `POST .../count_tokens`, `GET /health` (alive), `GET /ready` (every
+route has a server that answers), `GET /metrics` (Prometheus; `server.metrics`).
 
 Per request: the client's key (constant-time compare), the body (size limit, JSON),
 `parse_request` in the client's format, the route for the requested model, then an
@@ -18,8 +19,8 @@ import json
 import logging
 import math
 import os
+import random
 import time
-import uuid
 from collections.abc import AsyncGenerator, AsyncIterator, Iterable, Mapping
 from dataclasses import asdict
 from pathlib import Path
@@ -29,7 +30,7 @@ from .._errors import ParseTimeoutError, ToolrulesError, UnsupportedContentError
 from .._types import ParsedResponse
 from ..calls._tool_errors import ToolErrorCode
 from ..clients._errors import ProviderError
-from ..dialects._parser import parse_deadline
+from ..dialects._parser import parse_clock, parse_deadline
 from ._config import Route, ServeConfig
 from ._conversations import Conversations, prompt_image
 from ._exchange import Exchange, estimate_tokens, options_for, safe_error, unwritable_options
@@ -117,6 +118,34 @@ class _Upstreams:
         """Every server of every route: health and requests in flight in this worker."""
         return [s for fleet in self._fleets.values() for s in fleet.states()]
 
+    def observe(self, observer: Any) -> None:
+        """`observer` is told of requests in flight and servers up or down."""
+        for fleet in self._fleets.values():
+            fleet.observer = observer
+
+    async def probe(self, timeout: float) -> dict[int, list[dict[str, Any]]]:
+        """Every server of every route asked its health check once, concurrently:
+        route index -> [{url, state: up | down | unchecked, reason}] (unchecked: its
+        provider rule names nowhere to ask)."""
+        async def one(fleet: Any, server: Any) -> dict[str, Any]:
+            try:
+                reason = await server.client.health(timeout)
+            except ValueError:
+                return {"url": server.url, "state": "unchecked"}
+            except Exception as exc:  # a check that fails is a server that is down
+                reason = f"{type(exc).__name__}: {exc}"
+            if fleet.observer is not None:
+                fleet.observer.health(fleet.route, server.url, reason is None)
+            return {"url": server.url, "state": "up" if reason is None else "down",
+                    **({"reason": reason} if reason else {})}
+
+        pairs = [(i, f, s) for i, f in self._fleets.items() for s in f.servers]
+        found = await asyncio.gather(*(one(f, s) for _i, f, s in pairs))
+        out: dict[int, list[dict[str, Any]]] = {}
+        for (i, _f, _s), state in zip(pairs, found, strict=True):
+            out.setdefault(i, []).append(state)
+        return out
+
     async def models(self, route: Route, cache: float, timeout: float) -> list[dict[str, Any]]:
         """What the route's upstream lists (`http.models` of its provider rule), asked at
         most every `cache` seconds; a failure raises (ProviderError, CapabilityError)."""
@@ -141,7 +170,8 @@ class ServeApp:
     """The state of one worker: engine, configuration, fronts, upstream clients."""
 
     def __init__(self, engine: Any, config: ServeConfig, *, api_keys: Iterable[str] = (),
-                 trace_dir: str | os.PathLike[str] | None = None):
+                 trace_dir: str | os.PathLike[str] | None = None,
+                 tracer_provider: Any = None):
         self.engine = engine
         self.config = config
         self.fronts = [engine.front(p) for p in config.fronts]
@@ -151,6 +181,23 @@ class ServeApp:
         self.started = time.time()
         self.conversations = Conversations(int(config.server.prefix_memory * (1 << 20)))
         self._templates: dict[int, Any] = {}  # route index -> its compiled chat template
+        self.metrics: Any = None
+        if config.server.metrics:
+            try:
+                from ._metrics import Metrics
+            except ImportError as exc:  # the serve extra brings prometheus_client
+                log.warning("GET /metrics is off: %s (pip install 'toolrules[serve]')", exc)
+            else:
+                self.metrics = Metrics(config)
+                self.upstreams.observe(self.metrics)
+                self.metrics.servers(self.upstreams.states())
+        from ._otel import tracing
+
+        self.tracing = tracing(tracer_provider)
+        # the end of every request is counted (metrics) or traced
+        self.observed = self.metrics is not None or self.tracing is not None
+        self._ready: tuple[float, dict[int, list[dict[str, Any]]]] | None = None
+        self._ready_lock: asyncio.Lock | None = None
 
     # ------------------------------------------------------------ helpers
 
@@ -208,13 +255,18 @@ class ServeApp:
         # every reply is read under the parse deadline: a reply that takes too long to
         # read ends its request, and the worker goes on serving the others
         with parse_deadline(self.config.server.parse_timeout or None):
-            return await self._handle(request, front, streamed)
+            if not self.observed:
+                return await self._handle(request, front, streamed)
+            with parse_clock() as clock:  # the parse time, for the metrics
+                return await self._handle(request, front, streamed, clock)
 
-    async def _handle(self, request: Any, front: Any, streamed: bool = False) -> Any:
+    async def _handle(self, request: Any, front: Any, streamed: bool = False,
+                      clock: Any = None) -> Any:
         from starlette.responses import Response
 
         started = time.perf_counter()
-        rid = uuid.uuid4().hex[:24]
+        ex: Exchange | None = None
+        rid = _new_id()
         info: dict[str, Any] = {"time": round(time.time(), 3), "id": rid,
                                 "method": request.method, "path": request.url.path,
                                 "front": front.provider}
@@ -267,7 +319,7 @@ class ServeApp:
                           options=options_for(front, upstream_options, body),
                           held_call=self.config.held_call, trace=trace, rewrites=volatile,
                           json_output=front.read_json_output(body),
-                          json_texts=self.config.json_output)
+                          json_texts=self.config.json_output, clock=clock)
             info["mode"] = "native" if ex.native else "emulated"
             if trace is not None:
                 cap = route.engine.capability(ex.model_id)
@@ -282,7 +334,8 @@ class ServeApp:
                            **({"ignored": ignored} if ignored else {}),
                            **({"omitted": omitted} if omitted else {})})
             if stream:
-                return await self._stream(front, ex, body, requested, info, started, trace)
+                return await self._stream(front, ex, body, requested, info, started, trace,
+                                          request.headers)
             try:
                 parsed = await ex.complete()
             except ParseTimeoutError as exc:
@@ -327,8 +380,28 @@ class ServeApp:
             return self._error_response(front, _Reject(500, "the proxy failed; see its log"))
         finally:
             if "status" in info:  # a stream that started logs when it ends
-                info["ms"] = round((time.perf_counter() - started) * 1000.0, 3)
+                ended = time.perf_counter()
+                info["ms"] = round((ended - started) * 1000.0, 3)
                 self._log(info)
+                if self.observed:
+                    self._count(info, ex, started, ended, None, request.headers)
+
+    def _count(self, info: dict[str, Any], ex: Exchange | None, started: float, ended: float,
+               first_token: float | None, headers: Mapping[str, str] | None) -> None:
+        """The request's metrics and trace spans (they never fail a request)."""
+        if self.metrics is not None:
+            try:
+                self.metrics.request(info, ex, started, ended, first_token)
+            except Exception:
+                log.exception("request %s: the metrics failed", info.get("id"))
+        if self.tracing is not None:
+            index = info.get("route")
+            route = self.config.routes[index] if isinstance(index, int) else None
+            try:
+                self.tracing.request(info, ex, started, ended, first_token, headers,
+                                     _route_name(route) if route is not None else "")
+            except Exception:
+                log.exception("request %s: the trace failed", info.get("id"))
 
     def _outcome(self, info: dict[str, Any], ex: Exchange) -> None:
         o = ex.outcome
@@ -394,9 +467,8 @@ class ServeApp:
         return sum(estimate_tokens(body.get(k), cpt) for k in keys)
 
     async def _stream(self, front: Any, ex: Exchange, body: Mapping[str, Any], requested: str,
-                      info: dict[str, Any], started: float, trace: Any) -> Any:
-        from starlette.responses import StreamingResponse
-
+                      info: dict[str, Any], started: float, trace: Any,
+                      headers: Mapping[str, str] | None = None) -> Any:
         events = ex.events()
         # One task pumps the exchange into a queue; the response reads the queue with a
         # timeout, so a waiting stream can ping without a task per event.
@@ -424,15 +496,15 @@ class ServeApp:
             if first[0] == "error":
                 raise first[1]
             raise ToolrulesError("the upstream ended without an answer")
-        rid = front.prov.id_prefix + uuid.uuid4().hex[:24]
+        rid = front.prov.id_prefix + _new_id()
         writer = front.writer(
             lambda parsed, usage: self.engine.build_response(
                 parsed, front.provider, model=requested, response_id=rid, usage=usage),
             response_id=rid, model=requested, request=body,
             usage={"input_tokens": self._input_tokens(body, front)})
-        return StreamingResponse(
+        return _sse_response()(
             self._sse(front, ex, events, producer, queue, first, writer, body, info, started,
-                      trace),
+                      trace, headers),
             media_type="text/event-stream",
             headers={"cache-control": "no-cache", "x-accel-buffering": "no"})
 
@@ -450,16 +522,31 @@ class ServeApp:
     async def _sse(self, front: Any, ex: Exchange, events: AsyncGenerator[Any, None],
                    producer: asyncio.Future[Any], queue: asyncio.Queue[tuple[str, Any]],
                    first: tuple[str, Any] | None, writer: Any, body: Mapping[str, Any],
-                   info: dict[str, Any], started: float, trace: Any) -> AsyncIterator[bytes]:
+                   info: dict[str, Any], started: float, trace: Any,
+                   headers: Mapping[str, str] | None = None) -> AsyncIterator[bytes]:
         keep_alive = self.config.server.keep_alive or None
         info["status"] = 200
         first_byte = None
+        first_token: float | None = None
+        # What is ready goes out in one write: the events already queued are written
+        # together (a fast upstream's burst is one send, not one per event).
+        pending: list[bytes] = []
         try:
-            yield writer.start()
-            first_byte = time.perf_counter()
+            pending.append(writer.start())
+            if first is None:  # a slow upstream: the stream starts now, kept alive
+                yield pending.pop()
+                first_byte = time.perf_counter()
             while True:
                 if first is not None:
                     entry, first = first, None
+                elif pending and (queue.empty() or len(pending) >= 64):
+                    yield b"".join(pending)
+                    pending.clear()
+                    if first_byte is None:
+                        first_byte = time.perf_counter()
+                    continue
+                elif not queue.empty():
+                    entry = queue.get_nowait()
                 else:
                     try:
                         async with asyncio.timeout(keep_alive):
@@ -473,41 +560,50 @@ class ServeApp:
                 if what == "error":
                     raise item
                 kind, value = item
+                if first_token is None and kind != "done":
+                    first_token = time.perf_counter()
                 if kind == "text":
-                    yield writer.text(value)
+                    pending.append(writer.text(value))
                 elif kind == "reasoning":
-                    yield writer.reasoning(value)
+                    pending.append(writer.reasoning(value))
                 elif kind == "call":
-                    yield writer.tool_call(value)
+                    pending.append(writer.tool_call(value))
                 elif kind == "done":
                     usage = {**self._usage(body, value, front), **(ex.outcome.usage or {})}
-                    yield writer.finish(value, usage)
+                    pending.append(writer.finish(value, usage))
+            if pending:
+                yield b"".join(pending)
+                pending.clear()
         except ProviderError as exc:
             failure = upstream_failure(exc)
             info.update(error=exc.code.name, stream_error=failure.status)
-            yield writer.error(failure.status, failure.message, front=front)
+            yield b"".join(pending) + writer.error(failure.status, failure.message, front=front)
         except ParseTimeoutError as exc:
             info.update(error=type(exc).__name__, stream_error=502)
             _record_late(trace, exc)
             late = _late_reject(exc)
-            yield writer.error(late.status, late.message, front=front)
+            yield b"".join(pending) + writer.error(late.status, late.message, front=front)
         except ToolrulesError as exc:
             info.update(error=type(exc).__name__, stream_error=500)
-            yield writer.error(500, f"the proxy could not answer: {safe_error(exc)}",
-                               front=front)
+            yield b"".join(pending) + writer.error(
+                500, f"the proxy could not answer: {safe_error(exc)}", front=front)
         except Exception as exc:  # a bug: the client still gets a well-formed end
             log.exception("request %s failed", info.get("id"))
             info.update(error=type(exc).__name__, stream_error=500)
-            yield writer.error(500, "the proxy failed; see its log", front=front)
+            yield b"".join(pending) + writer.error(500, "the proxy failed; see its log",
+                                                   front=front)
         finally:
             await self._stop(producer, events, trace)
             if not writer.closed:
                 info["disconnected"] = True
             self._outcome(info, ex)
-            info["ms"] = round((time.perf_counter() - started) * 1000.0, 3)
+            ended = time.perf_counter()
+            info["ms"] = round((ended - started) * 1000.0, 3)
             if first_byte is not None:
                 info["first_byte_ms"] = round((first_byte - started) * 1000.0, 3)
             self._log(info)
+            if self.observed:
+                self._count(info, ex, started, ended, first_token, headers)
 
     # ------------------------------------------------------------ the other endpoints
 
@@ -585,14 +681,51 @@ class ServeApp:
         return JSONResponse({"status": "ok", "routes": len(self.config.routes),
                              "fronts": [f.path for f in self.fronts]})
 
+    async def ready(self, request: Any) -> Any:
+        """200 when every route has a server that answers its health check (or names no
+        check to ask), else 503; the body lists each route's servers and their state.
+        The servers are asked at most every `server.ready_cache` seconds."""
+        from starlette.responses import JSONResponse
+
+        server = self.config.server
+        found = self._ready
+        if found is None or time.monotonic() - found[0] >= server.ready_cache:
+            if self._ready_lock is None:
+                self._ready_lock = asyncio.Lock()
+            async with self._ready_lock:  # concurrent probes ask the servers once
+                found = self._ready
+                if found is None or time.monotonic() - found[0] >= server.ready_cache:
+                    found = self._ready = (time.monotonic(),
+                                           await self.upstreams.probe(server.ready_timeout))
+        routes = []
+        for route in self.config.routes:
+            states = found[1].get(route.index, [])
+            ok = any(s["state"] != "down" for s in states)
+            routes.append({"route": route.index, "name": _route_name(route), "ready": ok,
+                           "servers": states})
+        ready = all(r["ready"] for r in routes)
+        return JSONResponse({"status": "ready" if ready else "not ready", "routes": routes},
+                            status_code=200 if ready else 503)
+
+    async def metrics_text(self, request: Any) -> Any:
+        from starlette.responses import Response
+
+        body, ctype = self.metrics.render()
+        return Response(body, media_type=ctype.split(";")[0],
+                        headers={"content-type": ctype})
+
 
 def create_app(engine: Any, config: ServeConfig, *, api_keys: Iterable[str] = (),
-               trace_dir: str | os.PathLike[str] | None = None) -> Any:
-    """The Starlette app for `config` (see `load_config`)."""
+               trace_dir: str | os.PathLike[str] | None = None,
+               tracer_provider: Any = None) -> Any:
+    """The Starlette app for `config` (see `load_config`); `tracer_provider`: an
+    OpenTelemetry tracer provider the request spans go to (else the OTEL_* environment
+    decides, see toolrules.serve._otel)."""
     from starlette.applications import Starlette
     from starlette.routing import Route as HttpRoute
 
-    state = ServeApp(engine, config, api_keys=api_keys, trace_dir=trace_dir)
+    state = ServeApp(engine, config, api_keys=api_keys, trace_dir=trace_dir,
+                     tracer_provider=tracer_provider)
     routes = []
     model_paths: set[str] = set()
     for front in state.fronts:
@@ -608,15 +741,68 @@ def create_app(engine: Any, config: ServeConfig, *, api_keys: Iterable[str] = ()
                 model_paths.add(path)
                 routes.append(HttpRoute(path, state.models, methods=["GET"]))
     routes.append(HttpRoute("/health", state.health, methods=["GET"]))
+    routes.append(HttpRoute("/ready", state.ready, methods=["GET"]))
+    if state.metrics is not None:
+        routes.append(HttpRoute("/metrics", state.metrics_text, methods=["GET"]))
 
     @contextlib.asynccontextmanager
     async def lifespan(_app: Any) -> AsyncIterator[None]:
         yield
         await state.upstreams.aclose()
+        if state.metrics is not None:
+            state.metrics.close()
 
     app = Starlette(routes=routes, lifespan=lifespan)
     app.state.serve = state
     return app
+
+
+_SSE: list[Any] = []
+
+
+def _new_id() -> str:
+    """24 hex digits naming a request or a response (not a secret: no system call)."""
+    return f"{random.getrandbits(96):024x}"
+
+
+def _sse_response() -> Any:
+    """StreamingResponse that watches for the client's disconnect with one plain asyncio
+    task (Starlette's own starts an anyio task group per stream on ASGI < 2.4 servers)."""
+    if _SSE:
+        return _SSE[0]
+    from starlette.responses import StreamingResponse
+
+    class SseResponse(StreamingResponse):
+        async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+            spec = scope.get("asgi", {}).get("spec_version", "2.0")
+            if scope["type"] != "http" or tuple(map(int, spec.split("."))) >= (2, 4):
+                await super().__call__(scope, receive, send)
+                return
+            stream = asyncio.ensure_future(self.stream_response(send))
+            watch = asyncio.ensure_future(self.listen_for_disconnect(receive))
+            try:
+                await asyncio.wait((stream, watch), return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                ended = not stream.done()  # the client went away: the stream is ended
+                for task in (stream, watch):
+                    if not task.done():
+                        task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await watch
+                if ended:
+                    with contextlib.suppress(asyncio.CancelledError):
+                        await stream
+                else:
+                    await stream  # its exception, if any, goes on
+
+    _SSE.append(SseResponse)
+    return SseResponse
+
+
+def _route_name(route: Route) -> str:
+    from ._metrics import route_label
+
+    return route_label(route)
 
 
 def _bind(handler: Any, front: Any, **kw: Any) -> Any:

@@ -170,6 +170,9 @@ class ServerSettings:
     models_cache: float = 30.0
     models_timeout: float = 5.0
     prefix_memory: float = 64.0
+    metrics: bool = True
+    ready_cache: float = 5.0
+    ready_timeout: float = 2.0
 
 
 @dataclass(frozen=True)
@@ -376,7 +379,10 @@ def load_config(engine: Any, path: str | os.PathLike[str] | None = None, *,
         parse_timeout=float(srv.get("parse_timeout", ServerSettings.parse_timeout)),
         models_cache=float(srv.get("models_cache", ServerSettings.models_cache)),
         models_timeout=float(srv.get("models_timeout", ServerSettings.models_timeout)),
-        prefix_memory=float(srv.get("prefix_memory", ServerSettings.prefix_memory)))
+        prefix_memory=float(srv.get("prefix_memory", ServerSettings.prefix_memory)),
+        metrics=bool(srv.get("metrics", ServerSettings.metrics)),
+        ready_cache=float(srv.get("ready_cache", ServerSettings.ready_cache)),
+        ready_timeout=float(srv.get("ready_timeout", ServerSettings.ready_timeout)))
     route_data = [r for r in data.get("routes") or () if isinstance(r, dict)]
     if upstream:
         provider, _sep, model = upstream.partition(":")

@@ -55,6 +55,16 @@ class Outcome:
     body: dict[str, Any] | None = None
     """The first request body sent upstream (the conversation's prompt, before any
     validation retry added to it)."""
+    spans: list[tuple[float, float, float, str | None]] = field(default_factory=list)
+    """Each attempt upstream: (perf_counter at its start, at its end, seconds spent
+    parsing its answer, the server that answered) - for metrics and traces."""
+    repairs: list[str] = field(default_factory=list)
+    """The repairs every attempt's answer needed."""
+    final: ParsedResponse | None = None
+    """What the client got."""
+    text_calls: int = 0
+    """Calls the last attempt's answer held as raw text, read by `text_dialect`."""
+    text_dialect: str | None = None
 
 
 @dataclass(frozen=True)
@@ -85,8 +95,9 @@ class Exchange:
                  trace: Any = None, numbered_ids: bool = False,
                  rewrites: list[dict[str, Any]] | None = None,
                  json_output: dict[str, Any] | None = None,
-                 json_texts: JsonTexts | None = None):
+                 json_texts: JsonTexts | None = None, clock: Any = None):
         self.route = route
+        self.clock = clock  # parse_clock()'s ParseClock: what the parsers did
         self.engine = route.engine
         self.client = client
         self.model_id: str = client.as_model
@@ -96,6 +107,8 @@ class Exchange:
         self.held_call = held_call
         self.trace = trace
         self._numbered = 0 if numbered_ids else None
+        self._parsed_before = 0.0
+        self._calls_before = 0
         self.outcome = Outcome()
         # what was changed before the conversation reached the upstream client (client
         # metadata taken out: the front's serve.volatile)
@@ -209,6 +222,18 @@ class Exchange:
         self.outcome.rewrites = rewrites
         if attempt == 1:
             self.outcome.body = getattr(self.client, "last_body", None)
+        clock = self.clock
+        parsing = 0.0
+        if clock is not None:
+            parsing = clock.seconds - self._parsed_before
+            self._parsed_before = clock.seconds
+            self.outcome.text_calls = clock.calls - self._calls_before
+            self.outcome.text_dialect = clock.dialect
+            self._calls_before = clock.calls
+        self.outcome.spans.append((started, time.perf_counter(), parsing,
+                                   getattr(self.client, "server", None)))
+        if parsed.repairs:
+            self.outcome.repairs.extend(parsed.repairs)
         if self.trace is None:
             return
         self.trace.add({"type": "turn", "round": attempt,
@@ -357,6 +382,7 @@ class Exchange:
         final = ParsedResponse(content=content, reasoning_content=reasoning,
                                tool_calls=tuple(calls), finish_reason=finish or "stop",
                                repairs=last.repairs, raw=None, warnings=last.warnings)
+        self.outcome.final = final
         if self.trace is not None:
             self.trace.add({"type": "done", "stopped": "done", "content": content,
                             "calls": list(calls), "finish_reason": final.finish_reason,

@@ -114,6 +114,9 @@ class Fleet:
         self.slots = slots
         self.slot_field = slot_field
         self._checks: asyncio.Task[None] | None = None
+        # told of every request sent and ended, and of every server found up or down:
+        # flight(route, url, +1 | -1), health(route, url, up) (the proxy's metrics)
+        self.observer: Any = None
 
     @classmethod
     def for_route(cls, route: Any) -> Fleet:
@@ -222,6 +225,8 @@ class Fleet:
         except Exception as exc:  # a check that fails is a server that is not healthy
             reason = f"{type(exc).__name__}: {exc}"
         healthy = reason is None
+        if self.observer is not None:
+            self.observer.health(self.route, server.url, healthy)
         if healthy and server.healthy is False:
             log.info("route %d: server %s is healthy again", self.route, server.url)
         elif not healthy and server.healthy is not False:
@@ -293,18 +298,24 @@ class FleetView:
     async def generate(self, messages: Sequence[Message], tools: Any = None,
                        tool_choice: Any = "auto", **options: Any) -> ParsedResponse:
         order, options = self._plan(messages, options)
+        obs = self._fleet.observer
         for i, server in enumerate(order):
             client = self._client(server)
             server.in_flight += 1
+            if obs is not None:
+                obs.flight(self._fleet.route, server.url, 1)
             try:
                 parsed: ParsedResponse = await client.generate(messages, tools, tool_choice,
                                                                **options)
             except ProviderError as exc:
+                self._down(server, exc)
                 if self._fleet.failed(server, exc) and i + 1 < len(order):
                     continue
                 raise
             finally:
                 server.in_flight -= 1
+                if obs is not None:
+                    obs.flight(self._fleet.route, server.url, -1)
                 self.last_rewrites = client.last_rewrites
                 self.last_body = client.last_body
             self._answered(server)
@@ -319,10 +330,13 @@ class FleetView:
     async def _stream(self, messages: Sequence[Message], tools: Any, tool_choice: Any,
                       options: dict[str, Any]) -> AsyncIterator[StreamChunk]:
         order, options = self._plan(messages, options)
+        obs = self._fleet.observer
         for i, server in enumerate(order):
             client = self._client(server)
             began = False
             server.in_flight += 1
+            if obs is not None:
+                obs.flight(self._fleet.route, server.url, 1)
             try:
                 async for chunk in client.stream(messages, tools, tool_choice, **options):
                     if not began:
@@ -330,19 +344,32 @@ class FleetView:
                         self._answered(server)
                     yield chunk
             except ProviderError as exc:
+                if not began:
+                    self._down(server, exc)
                 # the next server only while nothing of this one's answer went anywhere
                 if not began and self._fleet.failed(server, exc) and i + 1 < len(order):
                     continue
                 raise
             finally:
                 server.in_flight -= 1
+                if obs is not None:
+                    obs.flight(self._fleet.route, server.url, -1)
                 self.last_rewrites = client.last_rewrites
                 self.last_body = client.last_body
             self._answered(server)
             self.last_response = client.last_response
             return
 
+    def _down(self, server: _Server, exc: ProviderError) -> None:
+        """A server that did not answer, or answered 5xx, is down for the metrics."""
+        obs = self._fleet.observer
+        if obs is not None and (exc.unanswered or (exc.status or 0) >= 500):
+            obs.health(self._fleet.route, server.url, False)
+
     def _answered(self, server: _Server) -> None:
         self.server = server.url
+        obs = self._fleet.observer
+        if obs is not None:
+            obs.health(self._fleet.route, server.url, True)
         if server.healthy is False:  # tried as a last resort, and it answers
             server.healthy = True

@@ -5,6 +5,9 @@ Workers are separate processes, so the settings travel in the environment
 - the same factory gunicorn's uvicorn worker can call:
 
     gunicorn -w 4 -k uvicorn.workers.UvicornWorker 'toolrules.serve:app_from_env()'
+
+Their metrics meet in PROMETHEUS_MULTIPROC_DIR (a fresh temporary directory unless one is
+set; under gunicorn, set it yourself), so `GET /metrics` adds up every worker's figures.
 """
 
 from __future__ import annotations
@@ -12,6 +15,8 @@ from __future__ import annotations
 import json
 import logging
 import os
+import shutil
+import tempfile
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -92,10 +97,21 @@ def run(settings: ServeSettings, *, host: str = "127.0.0.1", port: int = 8080, w
     if workers > 1:
         os.environ[SETTINGS_ENV] = json.dumps({**asdict(settings), "log_level": log_level,
                                                "rules": list(settings.rules)})
+        # the workers' metrics meet in one directory; a scrape adds them up
+        from ._metrics import MULTIPROC_ENV
+
+        own = None
+        if not os.environ.get(MULTIPROC_ENV):
+            own = os.environ[MULTIPROC_ENV] = tempfile.mkdtemp(prefix="toolrules-metrics-")
         if ready is not None:
             ready()
-        uvicorn.run("toolrules.serve._run:app_from_env", factory=True, workers=workers,
-                    **common)  # type: ignore[arg-type]
+        try:
+            uvicorn.run("toolrules.serve._run:app_from_env", factory=True, workers=workers,
+                        **common)  # type: ignore[arg-type]
+        finally:
+            if own is not None:
+                shutil.rmtree(own, ignore_errors=True)
+                os.environ.pop(MULTIPROC_ENV, None)
         return
     app = build_app(settings, api_keys)
     if ready is not None:

@@ -315,7 +315,9 @@ class Dialect:
         self.repairs = frozenset(data.get("repairs") or ())
         dedupe = data.get("dedupe")
         self.dedupe = dedupe is True               # every identical call is reported once
-        self.repeats = dedupe == "repeats"         # a call list repeated as a whole is text
+        # a call list repeated as a whole is text (and with `first`, any later list)
+        self.repeats = dedupe in ("repeats", "first")
+        self.first_list = dedupe == "first"        # only the first call list is read
         self.decline = frozenset(data.get("decline") or ())
         self.grammars: set[str] = set()
         self.grammar_parsers: dict[str, Any] = {}

@@ -1667,6 +1667,10 @@ class Machine:
                 self._passthrough(run, "repeated-calls")
                 self.sink.warn("repeated-calls-kept-as-text")
                 return
+            if self.d.first_list and self.lists:  # rambling on after its calls
+                self._passthrough(run, "further-calls")
+                self.sink.warn("further-calls-kept-as-text")
+                return
             self.lists.add(key)
         raw = "".join(run.raw)
         for name, args, call_id, repairs in calls:

@@ -228,10 +228,12 @@ DIALECT_SCHEMA: dict[str, Any] = {
     },
     "repairs": {"type": "list", "schema": {"type": "string", "allowed": list(REPAIRS)},
                 **_doc("repairs allowed for this format", "repairs: [trailing-commas]")},
-    "dedupe": {"type": ["boolean", "string"], "allowed": [True, False, "repeats"],
+    "dedupe": {"type": ["boolean", "string"], "allowed": [True, False, "repeats", "first"],
                **_doc("true: drop a call identical to an earlier one; repeats: a call list "
                       "that repeats an earlier one call for call is text (a model restating "
-                      "its calls), not more calls", "dedupe: repeats")},
+                      "its calls), not more calls; first: only the first complete call list "
+                      "is read, every later one is text (a model restating its calls or "
+                      "rambling on with more lists), with a warning", "dedupe: repeats")},
     "decline": _strlist("tool names that mean \"no call\" (a decline idiom): such a call "
                         "is dropped with a warning unless a tool of that name is offered",
                         "decline: [no_function]"),

@@ -251,6 +251,7 @@ class _CallRun:
         "item_end",
         "key",
         "key_type",
+        "lead",
         "lenient",
         "mark",
         "name",
@@ -304,6 +305,7 @@ class _CallRun:
         self.newline = False   # a newline was skipped after the last value
         self.deep = False      # malformed because a value nested past MAX_DEPTH
         self.lenient = False   # read by a repair at the end: its calls must be offered tools
+        self.lead = ""         # header `text`: prose before the payload, content if it reads
         self.hlen = 0          # characters in `header`
         if c.header is not None:
             self.phase = "header"
@@ -1002,6 +1004,10 @@ class Machine:
         if h.ends.actions[m.group()] == "until":
             self._consume(run, m.end())
         text = "".join(run.header)
+        if h.text:  # prose before the payload: content once the call is read
+            run.lead = text
+            run.phase = "payload"
+            return True
         if h.pattern is not None:
             hm = h.pattern.search(text)
             if hm is None:
@@ -1333,6 +1339,8 @@ class Machine:
                         value = None
                     if isinstance(value, list) and value:
                         kept.append(value)
+            if run.lead:
+                self.sink.text(run.ret.text, run.lead)
             if kept:
                 run.values = kept
                 try:
@@ -1673,6 +1681,8 @@ class Machine:
                 return
             self.lists.add(key)
         raw = "".join(run.raw)
+        if run.lead:
+            self.sink.text(run.ret.text, run.lead)
         for name, args, call_id, repairs in calls:
             self.sink.call(name, args, call_id, raw, repairs)
         if run.anchored:

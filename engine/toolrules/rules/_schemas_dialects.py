@@ -143,6 +143,9 @@ _CALL = {
                 "pattern": _str("regex over the header; groups name, id, self_close",
                                 "pattern: '^\\s*(?P<name>[\\w.-]+)\\s*$'"),
                 "optional": _bool("no header when the payload starts at once"),
+                "text": _bool("the header is prose written before the payload, not a name "
+                              "(the payload names the tool): content when the call is read, "
+                              "text of the call otherwise"),
                 "in_payload": _bool("the header, from the open marker on, is also the start "
                                     "of the payload (a call list's first name, checked "
                                     "before the list is read); its name is not the tool's"),

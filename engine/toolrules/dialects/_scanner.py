@@ -1478,8 +1478,10 @@ class Machine:
             self.start_ok = False
         if run.deep or why == _TOO_DEEP:  # said even at the start: it is hostile, not prose
             self.sink.warn(f"{_TOO_DEEP}-kept-as-text")
-        elif not run.anchored and kind == "content" and not run.c.offered:
-            # (in reasoning: a mention, nothing lost; a lenient shape: ordinary text)
+        elif not run.anchored and (kind == "content" or run.ret.kind == "section") \
+                and not run.c.offered:
+            # (in reasoning: a mention, nothing lost - unless it stood in a call section
+            # opened there; a lenient shape: ordinary text)
             self.sink.warn(f"{why}-kept-as-text")
 
     # -------------------------------------------------- tagged parameters

@@ -1357,12 +1357,17 @@ class Machine:
         """Repairs `missing-final-bracket` / `unbalanced-quotes`: a Python call list the
         model finished without its closing bracket, or with a quote around a call never
         closed, read at the end of the output (never when it was cut off) - only when every
-        call in it names an offered tool."""
+        call in it names an offered tool. A JSON call list whose every element is complete
+        reads the same way (`[{...}, {...}` at the end)."""
         p = run.c.payload
         brackets = "missing-final-bracket" in self.allowed
         quotes = "unbalanced-quotes" in self.allowed
-        if run.phase != "payload" or p.kind != "grammar" or not (brackets or quotes) \
+        if run.phase != "payload" or not (brackets or quotes) \
                 or run.bal is None or not run.bal.started:
+            return False
+        if p.kind == "json":
+            return brackets and self._mend_json_list(run)
+        if p.kind != "grammar":
             return False
         text = "".join(run.payload)
         got = mend_call_list(text, brackets, quotes)
@@ -1385,6 +1390,31 @@ class Machine:
         run.started = False
         run.values.append(value)
         run.repairs.extend(used)
+        run.lenient = True
+        self._finish_call(run)
+        return True
+
+    def _mend_json_list(self, run: _CallRun) -> bool:
+        """Repair `missing-final-bracket` on a JSON array: only blanks (or a comma) follow
+        its last complete element, so the list lacks nothing but its `]`."""
+        if run.item_end <= 0:
+            return False
+        text = "".join(run.payload)
+        head = text[:run.item_end]
+        if text[run.item_end:].strip(_WS + ",") or not head.lstrip(_WS).startswith("["):
+            return False
+        try:
+            value, used = repair_json(head + "]", self.allowed)
+        except (RepairFailed, NestingTooDeep):
+            return False
+        if not isinstance(value, list) or not value:
+            return False
+        run.payload = []
+        run.plen = 0
+        run.bal = None
+        run.started = False
+        run.values.append(value)
+        run.repairs.extend([*used, "missing-final-bracket"])
         run.lenient = True
         self._finish_call(run)
         return True

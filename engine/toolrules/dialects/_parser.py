@@ -243,8 +243,9 @@ class DialectsPart(Part):
         cap = res.capability
         if cap.native_tools:
             return cap.dialect or "auto"
-        if not res.spec.known and not cap.dialect:
-            # an id no family rule knows: the shape of its output is unknown too
+        if not res.spec.known and not res.overridden and not cap.dialect:
+            # an id no family rule (nor an override) knows: the shape of its output is
+            # unknown too
             return "auto"
         # emulated: the answer comes in the format the emulation prompt asked for
         return self.engine.select_emulation(model).dialect

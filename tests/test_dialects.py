@@ -22,6 +22,35 @@ def test_text_parser_by_model_picks_the_models_dialect(engine):
     assert engine.text_parser(model="Qwen/Qwen3-8B", dialect="glm").dialect.id == "glm"
 
 
+def test_text_parser_for_an_id_no_rule_knows_reads_with_auto(engine):
+    """An unknown id's output may take any shape: the parser reads it with `auto`, as the
+    proxy does (response.unknown_dialect), not with the JSON emulation's dialect."""
+    unknown = "acme-labs/never-heard-of-it-7b"
+    assert not engine.resolve_model(unknown).spec.known
+    p = engine.text_parser(model=unknown, tools=WEATHER)
+    assert p.dialect.id == "auto" and engine.dialect_for(unknown) == "auto"
+    for text in ('<tool_call>\n{"name": "get_weather", "arguments": {"city": "Oslo"}}\n'
+                 '</tool_call>',
+                 '```json\n{"tool": "get_weather", "arguments": {"city": "Oslo"}}\n```',
+                 '[get_weather(city="Oslo")]',
+                 '<tool_call>\n<function=get_weather>\n<parameter=city>\nOslo\n</parameter>\n'
+                 '</function>\n</tool_call>'):
+        assert calls(p.parse(text)) == [("get_weather", {"city": "Oslo"})], text
+    # a family the rules know keeps its own dialect, an emulated one its prompt's
+    assert engine.text_parser(model="Qwen/Qwen3-8B").dialect.id == "hermes"
+    assert engine.text_parser(model="google/gemma-3-270m-it").dialect.id == \
+        engine.select_emulation("google/gemma-3-270m-it").dialect
+
+
+def test_an_unknown_id_with_an_override_keeps_its_emulation_dialect(engine):
+    from toolrules.evals._runner import derived_engine
+
+    unknown = "acme-labs/xml-emulated-7b"
+    eng = derived_engine(engine, [{"id": unknown, "set": {"native_tools": False,
+                                                          "emulation_style": "xml"}}])
+    assert eng.text_parser(model=unknown).dialect.id == "xml-tags"
+
+
 def test_unknown_dialect_is_a_clear_error(engine):
     from toolrules import UnknownRuleError
 

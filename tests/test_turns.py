@@ -588,3 +588,46 @@ def test_golden_turns_name_a_constrained_family_without_a_case():
     assert files["emulation/turns/_coverage.golden.yaml"].problems == [
         "family gemma sets turn constraints; add one of its models to "
         "golden/emulation/turns.cases.yaml"]
+
+
+# A template written for this test from the documented behaviour of Command R7B's chat
+# template: an assistant turn with calls renders its tool_plan and the calls, never the
+# text written beside them; it has no developer role (toolrules reads developer as system).
+_R7B_LIKE = """{{ bos_token }}{% for m in messages %}
+{%- if m.role == 'system' %}<|START_OF_TURN_TOKEN|><|SYSTEM_TOKEN|>{{ m.content }}<|END_OF_TURN_TOKEN|>
+{%- elif m.role == 'user' %}<|START_OF_TURN_TOKEN|><|USER_TOKEN|>{{ m.content }}<|END_OF_TURN_TOKEN|>
+{%- elif m.role == 'assistant' and m.tool_calls %}<|START_OF_TURN_TOKEN|><|CHATBOT_TOKEN|>\
+<|START_THINKING|>{{ m.tool_plan }}<|END_THINKING|><|START_ACTION|>[{% for c in m.tool_calls %}\
+{"tool_call_id": "{{ loop.index0 }}", "tool_name": "{{ c.function.name }}", "parameters": \
+{{ c.function.arguments | tojson }}}{% if not loop.last %}, {% endif %}{% endfor %}]<|END_ACTION|><|END_OF_TURN_TOKEN|>
+{%- elif m.role == 'assistant' %}<|START_OF_TURN_TOKEN|><|CHATBOT_TOKEN|>{{ m.content }}<|END_OF_TURN_TOKEN|>
+{%- elif m.role == 'tool' %}<|START_OF_TURN_TOKEN|><|SYSTEM_TOKEN|>{{ m.content }}<|END_OF_TURN_TOKEN|>
+{%- endif %}{% endfor %}<|START_OF_TURN_TOKEN|><|CHATBOT_TOKEN|>"""
+
+
+def test_command_r7b_text_beside_calls_gets_a_turn_of_its_own():
+    """The bundled command family says R7B's template drops the text beside calls
+    (turn_text_with_calls: false): normalized, that text and a developer message reach
+    the prompt; sent as written, the text beside the call is lost."""
+    bundled = toolrules.load(use_env=False)
+    model = "CohereForAI/c4ai-command-r7b-12-2024"
+    assert bundled.capability(model).turn_text_with_calls is False
+    assert bundled.capability("command-a-03-2025").turn_text_with_calls is True
+    body = {"messages": [
+        {"role": "developer", "content": "Answer in French."},
+        {"role": "user", "content": "Weather in Paris?"},
+        {"role": "assistant", "content": "Let me check the forecast.", "tool_calls": [
+            {"id": "c1", "type": "function",
+             "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'}}]},
+        {"role": "tool", "tool_call_id": "c1", "content": "sunny"}],
+        "tools": [{"type": "function", "function": {"name": "get_weather", "parameters": {
+            "type": "object", "properties": {"city": {"type": "string"}}}}}]}
+    msgs, tools, choice = bundled.parse_request(body, "openai")
+    fitted = bundled.normalize_turns(msgs, model, tools=tools)
+    assert [r.action for r in fitted.rewrites] == ["text-split-from-calls"]
+    wanted = ["Answer in French.", "Weather in Paris?", "Let me check the forecast.", "sunny"]
+    normalized = bundled.build_request("llamacpp", model, msgs, tools=tools, tool_choice=choice)
+    assert _missing(render_like_server(_R7B_LIKE, normalized), wanted) == []
+    as_written = bundled.build_request("openai", model, msgs, tools=tools, tool_choice=choice)
+    assert _missing(render_like_server(_R7B_LIKE, as_written), wanted) == [
+        "Let me check the forecast."]

@@ -24,7 +24,7 @@ from ._jsonscan import (
     too_deep,
 )
 from ._outcome import finish_call, passthrough, rewind
-from ._state import CallRun, State
+from ._state import WS, CallRun, State
 
 __all__ = ["call_eof", "step_close", "step_drop", "step_skip"]
 
@@ -119,6 +119,8 @@ def call_eof(st: State, finish_reason: str | None) -> None:
                     value = None
                 if isinstance(value, list) and value:
                     kept.append(value)
+        if run.lead:
+            st.sink.text(run.ret.text, run.lead)
         if kept:
             run.values = kept
             try:
@@ -136,12 +138,17 @@ def _mend(st: State, run: CallRun) -> bool:
     """Repairs `missing-final-bracket` / `unbalanced-quotes`: a Python call list the
     model finished without its closing bracket, or with a quote around a call never
     closed, read at the end of the output (never when it was cut off) - only when every
-    call in it names an offered tool."""
+    call in it names an offered tool. A JSON call list whose every element is complete
+    reads the same way (`[{...}, {...}` at the end)."""
     p = run.c.payload
     brackets = "missing-final-bracket" in st.allowed
     quotes = "unbalanced-quotes" in st.allowed
-    if run.phase != "payload" or p.kind != "grammar" or not (brackets or quotes) \
+    if run.phase != "payload" or not (brackets or quotes) \
             or run.bal is None or not run.bal.started:
+        return False
+    if p.kind == "json":
+        return brackets and _mend_json_list(st, run)
+    if p.kind != "grammar":
         return False
     text = "".join(run.payload)
     got = mend_call_list(text, brackets, quotes)
@@ -164,6 +171,32 @@ def _mend(st: State, run: CallRun) -> bool:
     run.started = False
     run.values.append(value)
     run.repairs.extend(used)
+    run.lenient = True
+    finish_call(st, run)
+    return True
+
+
+def _mend_json_list(st: State, run: CallRun) -> bool:
+    """Repair `missing-final-bracket` on a JSON array: only blanks (or a comma) follow
+    its last complete element, so the list lacks nothing but its `]`."""
+    if run.item_end <= 0:
+        return False
+    text = "".join(run.payload)
+    head = text[:run.item_end]
+    if text[run.item_end:].strip(WS + ",") or not head.lstrip(WS).startswith("["):
+        return False
+    try:
+        value, used = repair_json(head + "]", st.allowed)
+    except (RepairFailed, NestingTooDeep):
+        return False
+    if not isinstance(value, list) or not value:
+        return False
+    run.payload = []
+    run.plen = 0
+    run.bal = None
+    run.started = False
+    run.values.append(value)
+    run.repairs.extend([*used, "missing-final-bracket"])
     run.lenient = True
     finish_call(st, run)
     return True

@@ -201,6 +201,8 @@ class HeaderDef:
         pattern = spec.get("pattern")
         self.pattern = re.compile(pattern, re.S) if pattern else None
         self.optional = bool(spec.get("optional"))
+        # prose before the payload (the payload names the tool): content once the call reads
+        self.text = bool(spec.get("text"))
         # the header (from the open marker on) is also the payload's first text: a call
         # list's first name is checked before the list is read
         self.in_payload = bool(spec.get("in_payload"))
@@ -254,9 +256,12 @@ class CallDef:
         # a call dropped for a broken header runs to its close marker or the next call
         self.drop_until = MarkerTable([(m, "close") for m in self.close] +
                                       [(m, "open") for m in self.open])
-        # eligible for the whole-text fast path: open, one JSON value, close
+        # eligible for the whole-text fast path: open, one JSON value, close (an optional
+        # prose header is absent when the value starts at once, all the fast path reads)
         p = self.payload
-        self.fast = (self.header is None and p.kind == "json" and bool(self.close)
+        h = self.header
+        self.fast = ((h is None or (h.optional and h.text)) and p.kind == "json"
+                     and bool(self.close)
                      and not p.separator and not p.line_separated and not p.fence
                      and not p.suffix and bool(self.open))
 
@@ -315,7 +320,9 @@ class Dialect:
         self.repairs = frozenset(data.get("repairs") or ())
         dedupe = data.get("dedupe")
         self.dedupe = dedupe is True               # every identical call is reported once
-        self.repeats = dedupe == "repeats"         # a call list repeated as a whole is text
+        # a call list repeated as a whole is text (and with `first`, any later list)
+        self.repeats = dedupe in ("repeats", "first")
+        self.first_list = dedupe == "first"        # only the first call list is read
         self.decline = frozenset(data.get("decline") or ())
         self.grammars: set[str] = set()
         self.grammar_parsers: dict[str, Any] = {}

@@ -132,6 +132,10 @@ def step_call_header(st: State, run: CallRun, final: bool) -> bool:
     if h.ends.actions[m.group()] == "until":
         st.consume(run, m.end())
     text = "".join(run.header)  # read: the tool's name (and id) from it, or no call
+    if h.text:  # prose before the payload: content once the call is read
+        run.lead = text
+        run.phase = "payload"
+        return True
     if h.pattern is not None:
         hm = h.pattern.search(text)
         if hm is None:

@@ -39,8 +39,14 @@ def finish_call(st: State, run: CallRun) -> None:
             passthrough(st, run, "repeated-calls")
             st.sink.warn("repeated-calls-kept-as-text")
             return
+        if st.d.first_list and st.lists:  # rambling on after its calls
+            passthrough(st, run, "further-calls")
+            st.sink.warn("further-calls-kept-as-text")
+            return
         st.lists.add(key)
     raw = "".join(run.raw)
+    if run.lead:
+        st.sink.text(run.ret.text, run.lead)
     for name, args, call_id, repairs in calls:
         st.sink.call(name, args, call_id, raw, repairs)
     if run.anchored:
@@ -81,8 +87,10 @@ def passthrough(st: State, run: CallRun, why: str) -> None:
         st.start_ok = False
     if run.deep or why == TOO_DEEP:  # said even at the start: it is hostile, not prose
         st.sink.warn(f"{TOO_DEEP}-kept-as-text")
-    elif not run.anchored and kind == "content" and not run.c.offered:
-        # (in reasoning: a mention, nothing lost; a lenient shape: ordinary text)
+    elif not run.anchored and (kind == "content" or run.ret.kind == "section") \
+            and not run.c.offered:
+        # (in reasoning: a mention, nothing lost - unless it stood in a call section
+        # opened there; a lenient shape: ordinary text)
         st.sink.warn(f"{why}-kept-as-text")
 
 

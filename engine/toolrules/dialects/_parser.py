@@ -284,14 +284,20 @@ class DialectsPart(Part):
         return build_grammar(asset.text, [str(asset.path.parent)])
 
     def dialect_for(self, model: str | None = None, dialect: str | None = None) -> str:
-        """The dialect id used for `model`: its own, or the one its emulation style asks for."""
+        """The dialect id used for `model`: its own, the one its emulation style asks for,
+        or `auto` for an id no family rule knows (as the proxy reads such a model)."""
         if dialect:
             return dialect
         if model is None:
             return "auto"
-        cap = self.engine.capability(model)
+        res = self.engine.resolve_model(model)
+        cap = res.capability
         if cap.native_tools:
             return cap.dialect or "auto"
+        if not res.spec.known and not res.overridden and not cap.dialect:
+            # an id no family rule (nor an override) knows: the shape of its output is
+            # unknown too
+            return "auto"
         # emulated: the answer comes in the format the emulation prompt asked for
         return self.engine.select_emulation(model).dialect
 

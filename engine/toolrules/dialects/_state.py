@@ -50,6 +50,7 @@ class CallRun:
         "item_end",
         "key",
         "key_type",
+        "lead",
         "lenient",
         "mark",
         "name",
@@ -103,6 +104,7 @@ class CallRun:
         self.newline = False   # a newline was skipped after the last value
         self.deep = False      # malformed because a value nested past MAX_DEPTH
         self.lenient = False   # read by a repair at the end: its calls must be offered tools
+        self.lead = ""         # header `text`: prose before the payload, content if it reads
         self.hlen = 0          # characters in `header`
         if c.header is not None:
             self.phase = "header"

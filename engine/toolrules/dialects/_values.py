@@ -4,7 +4,8 @@ A value's type comes from an explicit type attribute when the format has one
 (`string="true"`, `type="number"`), otherwise from the tool's JSON schema for that
 parameter. Strings stay the raw text (even `0042` or JSON-looking text); other types
 are read as JSON, with Python literals (True/False/None) accepted, and an array or object
-written backslash-escaped (`[{\\"a\\": 1}]`, as GLM does) read once unescaped. Common
+written backslash-escaped (`[{\\"a\\": 1}]`, as GLM does) read once unescaped, and a number written
+as a JSON string (`"5"`) read as the number a numeric type asks for. Common
 non-standard type names in schemas (`int`, `float`, `double`, `bool`, `dict`, `list`)
 mean their JSON types. When a union allows
 a string and something else, the non-string reading is preferred if it fits. Text that
@@ -59,6 +60,9 @@ def _type_of(v: Any) -> str:
 
 
 _PY_REPAIRS = frozenset({"single-quotes", "python-literals", "trailing-commas"})
+_NUMERIC = frozenset({"integer", "number"})
+# control characters (a raw line break) allowed inside strings
+_LENIENT = json.JSONDecoder(strict=False)
 
 
 def _read(raw: str) -> tuple[bool, Any]:
@@ -83,14 +87,16 @@ def _read(raw: str) -> tuple[bool, Any]:
         except RepairFailed:
             pass
         if '\\"' in text:  # JSON written backslash-escaped, as inside a string: {\"a\": 1}
+            # (a \n escaped only once is a raw line break inside a string once unescaped:
+            # read as the line break it means)
             try:
-                inner = json.loads('"' + text + '"')
+                inner = _LENIENT.decode('"' + text + '"')
             except ValueError:
                 return False, None
             if too_deep(inner):
                 raise NestingTooDeep(f"nested deeper than {MAX_DEPTH} brackets")
             try:
-                return True, json.loads(inner)
+                return True, _LENIENT.decode(inner)
             except (ValueError, RecursionError):
                 pass
     return False, None
@@ -127,4 +133,9 @@ def read_value(raw: str, schema: Any = None, declared: str | None = None) -> Any
     if not non_string:
         return raw
     ok, value = _read(raw)
+    if ok and type(value) is str and non_string & _NUMERIC:
+        # a number written as a JSON string ("5" for an integer): read by its type
+        ok, value = _read(value)
+        if ok and type(value) is str:
+            ok = False
     return value if ok and _fits(value, non_string) else raw

@@ -143,6 +143,9 @@ _CALL = {
                 "pattern": _str("regex over the header; groups name, id, self_close",
                                 "pattern: '^\\s*(?P<name>[\\w.-]+)\\s*$'"),
                 "optional": _bool("no header when the payload starts at once"),
+                "text": _bool("the header is prose written before the payload, not a name "
+                              "(the payload names the tool): content when the call is read, "
+                              "text of the call otherwise"),
                 "in_payload": _bool("the header, from the open marker on, is also the start "
                                     "of the payload (a call list's first name, checked "
                                     "before the list is read); its name is not the tool's"),
@@ -228,10 +231,12 @@ DIALECT_SCHEMA: dict[str, Any] = {
     },
     "repairs": {"type": "list", "schema": {"type": "string", "allowed": list(REPAIRS)},
                 **_doc("repairs allowed for this format", "repairs: [trailing-commas]")},
-    "dedupe": {"type": ["boolean", "string"], "allowed": [True, False, "repeats"],
+    "dedupe": {"type": ["boolean", "string"], "allowed": [True, False, "repeats", "first"],
                **_doc("true: drop a call identical to an earlier one; repeats: a call list "
                       "that repeats an earlier one call for call is text (a model restating "
-                      "its calls), not more calls", "dedupe: repeats")},
+                      "its calls), not more calls; first: only the first complete call list "
+                      "is read, every later one is text (a model restating its calls or "
+                      "rambling on with more lists), with a warning", "dedupe: repeats")},
     "decline": _strlist("tool names that mean \"no call\" (a decline idiom): such a call "
                         "is dropped with a warning unless a tool of that name is offered",
                         "decline: [no_function]"),

@@ -11,7 +11,7 @@ this interpreter on this machine - and held to LIMIT_RATIO times it:
 figure, so the limit means the same on a fast laptop and a slow shared VM. The ratios are
 this parser's own worst cases (whole ~35-38x, 64-char ~28-51x, 1-char ~79-83x: a 1-character
 delta pays a whole feed() for one character) with a margin for a noisy machine: they
-catch a parser that gets slower by half or grows worse than linearly, not jitter. CPU
+catch a parser that gets half again (1-char) to twice as slow or grows worse than linearly, not jitter. CPU
 time, best of three rounds (two with --quick), so a busy machine or a first, cold parse
 does not decide the figure.
 """

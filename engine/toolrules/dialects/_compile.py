@@ -146,6 +146,9 @@ class PayloadDef:
         head = spec.get("head")
         self.head = re.compile(head) if head else None
         self.rest_text = spec.get("rest") == "text"
+        # an opening bracket right after a closed value inside the payload breaks it
+        # there: the broken value is text, what begins at the bracket is read again
+        self.restart_adjacent = spec.get("restart") == "adjacent"
         self.fence = bool(spec.get("fence"))
         self.suffix = spec.get("suffix")
         self.param = ParamDef(spec["param"]) if spec.get("param") else None
@@ -168,7 +171,7 @@ class PayloadDef:
         else:
             self.starts = spec.get("starts") or "{["
             self.spec = BalancedSpec(_JSON_QUOTES_LENIENT if lenient else _JSON_QUOTES,
-                                     "{}[]", stops)
+                                     "{}[]", stops, adjacent=self.restart_adjacent)
 
 
 class HeaderLane:

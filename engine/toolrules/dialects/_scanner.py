@@ -140,6 +140,8 @@ class Machine(State):
                 bal = run.bal
                 if not self.buf and lane[2][bal.quote].search(delta) is None:
                     # (quotes are always notable: no name can show up here)
+                    if bal.after and not delta.isspace():
+                        bal.after = False  # (something stands after the closed value)
                     n = len(delta)
                     self.chars += n
                     self.dropped += n

@@ -18,7 +18,7 @@ from ._compile import CallDef, Dialect, MarkerTable, Region
 from ._jsonscan import Balanced
 from ._sink import Sink
 
-__all__ = ["MAX_HEADER", "MEMO_CHARS", "NEWLINE", "PROBE_CHARS", "TOO_DEEP", "WS", "CallRun",
+__all__ = ["BROKEN", "MAX_HEADER", "MEMO_CHARS", "NEWLINE", "PROBE_CHARS", "TOO_DEEP", "WS", "CallRun",
            "State", "phase_of", "remember", "starts", "table_read", "unescape", "ws_run"]
 
 WS = " \t\r\n"
@@ -32,6 +32,9 @@ NEWLINE = re.compile("\n")
 MAX_HEADER = 4096
 PROBE_CHARS = 512  # a streamed payload is probed this far for its tool name (progress)
 TOO_DEEP = "nesting-too-deep"  # a value nested past MAX_DEPTH: the call is kept as text
+# a value broken off by another one right after it (payload `restart: adjacent`): the
+# broken call is kept as text, said even where other text is not, and the other is read
+BROKEN = "payload-broken"
 
 
 class CallRun:

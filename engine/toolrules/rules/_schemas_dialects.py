@@ -89,6 +89,12 @@ _PAYLOAD = {
                      "(calls without a close marker): malformed (default: the call is text) "
                      "or text (the complete values are calls, the rest is text)",
                      "rest: text", allowed=["malformed", "text"]),
+        "restart": _str("adjacent: an opening bracket right after a closed value inside a "
+                        "JSON payload, with no comma or colon between ('{\"a\": {...} {'), "
+                        "breaks the payload there: the broken value is text (with a "
+                        "warning) and what begins at the bracket is read again, so a call "
+                        "object after a broken one missing its closing brace is read",
+                        "restart: adjacent", allowed=["adjacent"]),
         "fence": _bool("accept a ```json fence around the payload"),
         "suffix": _str("literal skipped after the payload", "suffix: '```'"),
         "param": _PARAM,

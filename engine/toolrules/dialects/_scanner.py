@@ -85,6 +85,7 @@ class Machine(State):
             self.buf, self.pos = "", 0
             self.chars = self.steps = self.dropped = 0
             self._pending_call, self.call = self.call, None
+            self.unnested = False  # (the output's own text decides)
         und = self.d.undecided
         if und is not None and (self.region is self.d.content or self.region is und.reasoning):
             self.region = und  # reasoning only if its close marker comes

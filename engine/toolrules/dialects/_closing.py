@@ -95,6 +95,8 @@ def step_drop(st: State, run: CallRun, final: bool) -> bool:
 def call_eof(st: State, finish_reason: str | None) -> None:
     run = st.call
     assert run is not None
+    if run.nest_at >= 0 and finish_reason != "length" and _unnest(st, run):
+        return
     if run.phase in ("after", "close") and run.values:
         finish_call(st, run)
         return
@@ -132,6 +134,26 @@ def call_eof(st: State, finish_reason: str | None) -> None:
         st.sink.warn("truncated-call-dropped")
         return
     passthrough(st, run, "incomplete-call")
+
+
+def _unnest(st: State, run: CallRun) -> bool:
+    """Param `nest`: a value that began a call inside it runs to the end of the output,
+    so one begun was no whole call (or took the real call's close marker). What followed
+    the first one's open marker is read again, its markers counting as they do elsewhere,
+    as if no call could begin inside a value - nor may one for the rest of the output
+    (so text is read again at most once)."""
+    pd = run.c.payload.param
+    if pd is None or run.key is None or run.value_end is None or run.confirming is not None:
+        return False
+    tail = "".join(run.value[run.nest_at:])
+    del run.value[run.nest_at:]
+    run.nest = 0
+    run.nest_at = -1
+    st.unnested = True
+    run.value_end = pd.value_end(run.key, run.c.close)
+    if tail:
+        st.unconsume(run, tail)
+    return True
 
 
 def _mend(st: State, run: CallRun) -> bool:

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Sequence
-from typing import Any
+from typing import Any, cast
 
 from ._jsonscan import BalancedSpec, first_chars, holdback
 
@@ -90,6 +90,48 @@ class MarkerTable:
         return bool(self.actions)
 
 
+class Nest:
+    """A whole call written inside a parameter's value (param `nest`): begun by `open`, a
+    name up to `until`, blanks and one of `then`; ended by `close`. Inside it, markers
+    are text of the value."""
+
+    NAME = 256   # characters a name may hold
+    BLANKS = 64  # blanks between the name and what follows it
+    DEPTH = 16   # calls inside calls inside a value, at most
+
+    def __init__(self, spec: dict[str, Any]):
+        self.open = spec["open"]
+        self.until = spec["until"]
+        self.then = tuple(_as_list(spec["then"]))
+        self.close = spec["close"]
+        self.table = MarkerTable([(self.open, "nest"), (self.close, "unnest")])
+        self._name = re.compile(r"[^\s<>]{0,256}")  # NAME
+        self._blanks = re.compile(r"[ \t\r\n]{0,64}")  # BLANKS
+
+    def begins(self, buf: str, j: int, final: bool) -> bool | None:
+        """Whether the `open` marker ending at j begins a whole call (None: not known yet).
+        Looks at most NAME + BLANKS characters (and the markers) past it: bounded."""
+        n = len(buf)
+        e = cast("re.Match[str]", self._name.match(buf, j)).end()
+        if e >= n:
+            return False if final else None
+        if e == j:
+            return False
+        if not buf.startswith(self.until, e):
+            if not final and n - e < len(self.until) and self.until.startswith(buf[e:]):
+                return None
+            return False
+        k = cast("re.Match[str]", self._blanks.match(buf, e + len(self.until))).end()
+        if k >= n:
+            return False if final else None
+        for t in self.then:
+            if buf.startswith(t, k):
+                return True
+            if not final and n - k < len(t) and t.startswith(buf[k:]):
+                return None
+        return False
+
+
 class ParamDef:
     """Tagged parameters: open, key, optional value-open, value, close."""
 
@@ -110,6 +152,8 @@ class ParamDef:
         self.types = dict(spec.get("types") or {})
         self.unescape = spec.get("unescape")
         self._close_cache: dict[str, MarkerTable] = {}
+        nest = spec.get("nest")
+        self.nest = None if not nest else Nest(nest)
 
     def value_end(self, key: str, call_close: Sequence[str]) -> MarkerTable:
         """Markers that end the value of `key` (cached per key)."""
@@ -120,6 +164,8 @@ class ParamDef:
                 pairs += [(m, "next") for m in self.open]
             if self.close_optional in ("both", "call"):
                 pairs += [(m, "end") for m in call_close]
+            if self.nest is not None:
+                pairs.append((self.nest.open, "nest"))
             table = MarkerTable(pairs)
             if len(self._close_cache) < 256:
                 self._close_cache[key] = table
@@ -146,6 +192,9 @@ class PayloadDef:
         head = spec.get("head")
         self.head = re.compile(head) if head else None
         self.rest_text = spec.get("rest") == "text"
+        # an opening bracket right after a closed value inside the payload breaks it
+        # there: the broken value is text, what begins at the bracket is read again
+        self.restart_adjacent = spec.get("restart") == "adjacent"
         self.fence = bool(spec.get("fence"))
         self.suffix = spec.get("suffix")
         self.param = ParamDef(spec["param"]) if spec.get("param") else None
@@ -168,7 +217,7 @@ class PayloadDef:
         else:
             self.starts = spec.get("starts") or "{["
             self.spec = BalancedSpec(_JSON_QUOTES_LENIENT if lenient else _JSON_QUOTES,
-                                     "{}[]", stops)
+                                     "{}[]", stops, adjacent=self.restart_adjacent)
 
 
 class HeaderLane:

@@ -68,9 +68,13 @@ class BalancedSpec:
     """What counts as a string and a bracket for one payload kind (compiled once)."""
 
     def __init__(self, quotes: Sequence[tuple[str, str, bool]], brackets: str = "{}[]",
-                 stops: Iterable[str] = (), quoted_values: bool = False):
+                 stops: Iterable[str] = (), quoted_values: bool = False,
+                 adjacent: bool = False):
         self.quotes = tuple(Quote(*q) for q in quotes)
         self.quoted_values = quoted_values  # a value may be one quoted string
+        # an opening bracket right after a closed value inside the value (only blanks
+        # between: no comma, no colon) breaks the value there: "bad" at that bracket
+        self.adjacent = adjacent
         self.brackets = brackets
         self.stops = tuple(sorted(set(stops), key=len, reverse=True))
         alts = [re.escape(q.open) for q in sorted(self.quotes, key=lambda q: -len(q.open))]
@@ -103,11 +107,15 @@ class Balanced:
 
     `scan(buf, pos, final)` returns (new_pos, status): "more" (need input), "done"
     (value closed at new_pos), "stop" (a stop marker begins at new_pos, outside any
-    string, before the value closed), "bad" (the text does not start a value), or "deep"
-    (the bracket that opens level MAX_DEPTH + 1 ends at new_pos).
+    string, before the value closed), "bad" (the text does not start a value; or, with
+    the spec's `adjacent`, an opening bracket at new_pos follows a value closed inside an
+    object with only blanks between - the value is broken there), or "deep" (the bracket
+    that opens level
+    MAX_DEPTH + 1 ends at new_pos).
     """
 
-    __slots__ = ("bracketed", "depth", "item_end", "quote", "spec", "started")
+    __slots__ = ("after", "bracketed", "depth", "item_end", "objects", "quote", "spec",
+                 "started")
 
     def __init__(self, spec: BalancedSpec, bracketed: bool = True):
         self.spec = spec
@@ -116,6 +124,10 @@ class Balanced:
         self.bracketed = bracketed
         self.started = not bracketed  # unbracketed: runs to a stop marker outside strings
         self.item_end = -1  # buffer position just after the last closed top-level element
+        # (spec.adjacent) only blanks since a value closed inside an object; per open
+        # bracket, whether it opened an object
+        self.after = False
+        self.objects: list[bool] = []
 
     def scan(self, buf: str, pos: int, final: bool) -> tuple[int, str]:
         spec = self.spec
@@ -136,6 +148,8 @@ class Balanced:
                 self.started = True
                 self.depth = 1
                 pos += 1
+                if spec.adjacent:
+                    self.objects.append(ch == "{")
         while pos < n:
             if self.quote >= 0:
                 m = spec.inside[self.quote].search(buf, pos)
@@ -156,12 +170,19 @@ class Balanced:
                 self.quote = -1
                 if self.depth == 0 and self.bracketed:  # a quoted value closed
                     return pos, "done"
+                self.after = spec.adjacent and self.depth > 0 and self.objects[-1]
                 continue
             m = spec.outside.search(buf, pos)
             if m is None:
                 keep = 0 if final else spec.holdback(buf, pos)
+                if self.after and buf[pos:n - keep].strip():
+                    self.after = False
                 return n - keep, "more"
             tok = m.group()
+            if self.after:  # (each character is looked at here once: linear)
+                self.after = False
+                if tok in _OPENERS and not buf[pos:m.start()].strip():
+                    return m.start(), "bad"
             if tok in spec.quote_open:
                 if not final and m.end() == n and spec.holdback(buf, m.start()):
                     return m.start(), "more"
@@ -170,6 +191,8 @@ class Balanced:
             elif tok in _OPENERS:
                 self.depth += 1
                 pos = m.end()
+                if spec.adjacent:
+                    self.objects.append(tok == "{")
                 if self.depth > MAX_DEPTH:
                     return pos, "deep"
             elif tok in _CLOSERS:
@@ -177,10 +200,13 @@ class Balanced:
                 if self.depth == 0:  # unbracketed text: a stray closer is just text
                     continue
                 self.depth -= 1
+                if spec.adjacent:
+                    self.objects.pop()
                 if self.depth == 1:
                     self.item_end = pos
                 if self.depth == 0 and self.bracketed:
                     return pos, "done"
+                self.after = spec.adjacent and self.depth > 0 and self.objects[-1]
             else:  # a stop marker outside strings
                 return m.start(), "stop"
         return pos, "more"

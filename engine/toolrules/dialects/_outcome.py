@@ -14,7 +14,7 @@ from __future__ import annotations
 from ._build import build
 from ._jsonscan import NestingTooDeep
 from ._sink import KEY_JSON
-from ._state import TOO_DEEP, WS, CallRun, State
+from ._state import BROKEN, TOO_DEEP, WS, CallRun, State
 
 __all__ = ["finish_call", "malformed", "passthrough", "rewind"]
 
@@ -87,6 +87,8 @@ def passthrough(st: State, run: CallRun, why: str) -> None:
         st.start_ok = False
     if run.deep or why == TOO_DEEP:  # said even at the start: it is hostile, not prose
         st.sink.warn(f"{TOO_DEEP}-kept-as-text")
+    elif why == BROKEN:
+        st.sink.warn(f"{BROKEN}-kept-as-text")
     elif not run.anchored and (kind == "content" or run.ret.kind == "section") \
             and not run.c.offered:
         # (in reasoning: a mention, nothing lost - unless it stood in a call section

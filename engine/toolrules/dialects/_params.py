@@ -151,6 +151,8 @@ def _step_value(st: State, run: CallRun, pd: ParamDef, final: bool) -> bool:
         return False
     what = table.actions[m.group()]
     run.value.append(st.consume(run, m.start()))
+    if what == "nest" or what == "unnest":
+        return _nest(st, run, pd, what, m.end(), final)
     if what == "close" and pd.confirm:
         run.confirming = [st.consume(run, m.end())]
         return True
@@ -161,6 +163,30 @@ def _step_value(st: State, run: CallRun, pd: ParamDef, final: bool) -> bool:
     if what == "close":
         st.consume(run, m.end())
     return _end_value(st, run, pd)
+
+
+def _nest(st: State, run: CallRun, pd: ParamDef, what: str, end: int, final: bool) -> bool:
+    """Param `nest`: a whole call written inside the value (a file showing the format):
+    its markers are text of the value, up to its close marker."""
+    nest = pd.nest
+    assert nest is not None  # the value's tables hold nest markers only then
+    begins: bool | None = False
+    if what == "unnest":
+        run.nest -= 1
+        if not run.nest:
+            run.value_end = pd.value_end(cast(str, run.key), run.c.close)
+    else:
+        begins = False if run.nest >= nest.DEPTH or st.unnested \
+            else nest.begins(st.buf, end, final)
+        if begins is None:
+            return False  # (a bounded look past the marker: its name and what follows)
+        if begins:
+            run.nest += 1
+            run.value_end = nest.table
+    run.value.append(st.consume(run, end))
+    if begins and run.nest_at < 0:
+        run.nest_at = len(run.value)
+    return True
 
 
 def _end_value(st: State, run: CallRun, pd: ParamDef) -> bool:
@@ -177,4 +203,6 @@ def _end_value(st: State, run: CallRun, pd: ParamDef) -> bool:
     run.key_type = None
     run.value = []
     run.value_end = None
+    run.nest = 0
+    run.nest_at = -1
     return True

@@ -19,7 +19,7 @@ from ._build import one
 from ._compile import CallDef, Region
 from ._jsonscan import Balanced, NestingTooDeep, RepairFailed, repair_json, too_deep
 from ._outcome import malformed, passthrough
-from ._state import NEWLINE, PROBE_CHARS, TOO_DEEP, WS, CallRun, State, ws_run
+from ._state import BROKEN, NEWLINE, PROBE_CHARS, TOO_DEEP, WS, CallRun, State, ws_run
 
 __all__ = ["fast_call", "payload_lane", "step_after", "step_payload"]
 
@@ -154,7 +154,8 @@ def step_payload(st: State, run: CallRun, final: bool) -> bool:
     if status == "more":
         return False
     if status == "bad":
-        malformed(st, run, "payload-not-recognized")
+        # (a value broken by the next one right after it, `adjacent`: read again there)
+        malformed(st, run, BROKEN if bal.started else "payload-not-recognized")
         return True
     if status == "deep":
         malformed(st, run, TOO_DEEP)
@@ -241,11 +242,13 @@ def payload_lane(st: State, run: CallRun, bal: Balanced, delta: str) -> bool:
     """step_payload's scan while the value goes on (brackets that do not close it, a
     string opening or closing): the scan's state is put back if it would decide."""
     s = st.buf + delta if st.buf else delta
-    depth, quote, started = bal.depth, bal.quote, bal.started
+    depth, quote, started, after = bal.depth, bal.quote, bal.started, bal.after
+    objects = bal.objects[:] if bal.spec.adjacent else bal.objects
     bal.item_end = -1
     new, status = bal.scan(s, 0, False)
     if status != "more":
-        bal.depth, bal.quote, bal.started = depth, quote, started
+        bal.depth, bal.quote, bal.started, bal.after = depth, quote, started, after
+        bal.objects = objects
         return False
     if bal.item_end >= 0:
         run.item_end = run.plen + bal.item_end

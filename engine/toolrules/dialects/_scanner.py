@@ -85,6 +85,7 @@ class Machine(State):
             self.buf, self.pos = "", 0
             self.chars = self.steps = self.dropped = 0
             self._pending_call, self.call = self.call, None
+            self.unnested = False  # (the output's own text decides)
         und = self.d.undecided
         if und is not None and (self.region is self.d.content or self.region is und.reasoning):
             self.region = und  # reasoning only if its close marker comes
@@ -140,6 +141,8 @@ class Machine(State):
                 bal = run.bal
                 if not self.buf and lane[2][bal.quote].search(delta) is None:
                     # (quotes are always notable: no name can show up here)
+                    if bal.after and not delta.isspace():
+                        bal.after = False  # (something stands after the closed value)
                     n = len(delta)
                     self.chars += n
                     self.dropped += n

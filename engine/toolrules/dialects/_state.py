@@ -18,7 +18,7 @@ from ._compile import CallDef, Dialect, MarkerTable, Region
 from ._jsonscan import Balanced
 from ._sink import Sink
 
-__all__ = ["MAX_HEADER", "MEMO_CHARS", "NEWLINE", "PROBE_CHARS", "TOO_DEEP", "WS", "CallRun",
+__all__ = ["BROKEN", "MAX_HEADER", "MEMO_CHARS", "NEWLINE", "PROBE_CHARS", "TOO_DEEP", "WS", "CallRun",
            "State", "phase_of", "remember", "starts", "table_read", "unescape", "ws_run"]
 
 WS = " \t\r\n"
@@ -32,6 +32,9 @@ NEWLINE = re.compile("\n")
 MAX_HEADER = 4096
 PROBE_CHARS = 512  # a streamed payload is probed this far for its tool name (progress)
 TOO_DEEP = "nesting-too-deep"  # a value nested past MAX_DEPTH: the call is kept as text
+# a value broken off by another one right after it (payload `restart: adjacent`): the
+# broken call is kept as text, said even where other text is not, and the other is read
+BROKEN = "payload-broken"
 
 
 class CallRun:
@@ -54,6 +57,8 @@ class CallRun:
         "lenient",
         "mark",
         "name",
+        "nest",
+        "nest_at",
         "newline",
         "params",
         "payload",
@@ -95,6 +100,8 @@ class CallRun:
         # confirming the call's close marker found inside a value: where it begins in
         # `confirming` (-1: confirming a value's own close marker, or nothing)
         self.ending = -1
+        self.nest = 0          # param `nest`: whole calls open inside the value being read
+        self.nest_at = -1      # where the first one began: fragments in `value` then
         self.probe = 0
         self.progress_name: str | None = None
         self.plen = 0          # characters in `payload`
@@ -122,7 +129,7 @@ class State:
     __slots__ = ("_pending_call", "allowed", "buf", "call", "chars", "clock", "d", "dropped",
                  "final", "header", "header_msg", "lane", "lead", "limit", "lists", "need", "pos",
                  "region", "sink", "spent", "start_ok", "start_skip", "steps", "tools",
-                 "undecided", "wake")
+                 "undecided", "unnested", "wake")
 
     def __init__(self, dialect: Dialect, sink: Sink, repairs: frozenset[str],
                  tools: dict[str, Any]):
@@ -149,6 +156,9 @@ class State:
         self.spent = 0.0       # seconds taken so far (with a limit)
         self.clock: Any = None  # parse_clock()'s ParseClock: the seconds are added there
         self.lists: set[str] = set()  # dedupe repeats: the call lists read so far
+        # param `nest`: a call begun inside a value ran to the end once; no more begin
+        # (each text is read again at most once: linear)
+        self.unnested = False
         self.lane: tuple[Any, ...] | None = None  # see feed()
         self.need = 0          # feed: buffer length before which no step can decide ...
         self.wake = NEWLINE    # ... unless a character this finds arrives

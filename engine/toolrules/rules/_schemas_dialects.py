@@ -45,6 +45,19 @@ _PARAM = {
                       "required": True},
         "key_pattern": _str("regex over the key part; groups key (required) and type",
                             "key_pattern: 'name=\"(?P<key>[^\"]*)\"'"),
+        "nest": {"type": "dict",
+                 **_doc("a whole call written inside a value (a file whose content shows "
+                        "the format): `open`, a name up to `until`, then blanks and one of "
+                        "`then` begin it; up to its `close` (counted when they nest) every "
+                        "marker is text of the value",
+                        "nest: {open: '<function=', until: '>', then: ['<parameter='], "
+                        "close: '</function>'}"),
+                 "schema": {"open": {**_str("marker that begins the call inside the value"),
+                                     "required": True},
+                            "until": {**_str("marker that ends its name"), "required": True},
+                            "then": {**_strlist("what may follow the name (after blanks)"),
+                                     "required": True},
+                            "close": {**_str("marker that ends it"), "required": True}}},
         "value_open": _markers("marker before the value (after the key)",
                                "value_open: '<arg_value>'"),
         "close": {**_markers("marker ending the value; {key} stands for the key",
@@ -89,6 +102,12 @@ _PAYLOAD = {
                      "(calls without a close marker): malformed (default: the call is text) "
                      "or text (the complete values are calls, the rest is text)",
                      "rest: text", allowed=["malformed", "text"]),
+        "restart": _str("adjacent: an opening bracket right after a closed value inside a "
+                        "JSON payload, with no comma or colon between ('{\"a\": {...} {'), "
+                        "breaks the payload there: the broken value is text (with a "
+                        "warning) and what begins at the bracket is read again, so a call "
+                        "object after a broken one missing its closing brace is read",
+                        "restart: adjacent", allowed=["adjacent"]),
         "fence": _bool("accept a ```json fence around the payload"),
         "suffix": _str("literal skipped after the payload", "suffix: '```'"),
         "param": _PARAM,

@@ -11,6 +11,7 @@ a Python call list missing its last bracket may be mended, anything else is text
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from typing import Any, cast
 
 from ._build import build
@@ -187,15 +188,7 @@ def _mend(st: State, run: CallRun) -> bool:
         return False
     if end < len(text):
         st.unconsume(run, text[end:])  # what follows the list is read again: text
-    run.payload = []
-    run.plen = 0
-    run.bal = None
-    run.started = False
-    run.values.append(value)
-    run.repairs.extend(used)
-    run.lenient = True
-    finish_call(st, run)
-    return True
+    return _mended(st, run, value, used)
 
 
 def _mend_json_list(st: State, run: CallRun) -> bool:
@@ -213,12 +206,18 @@ def _mend_json_list(st: State, run: CallRun) -> bool:
         return False
     if not isinstance(value, list) or not value:
         return False
+    return _mended(st, run, value, [*used, "missing-final-bracket"])
+
+
+def _mended(st: State, run: CallRun, value: Any, used: Sequence[str]) -> bool:
+    """A call list completed by a repair at the end of the output: its calls, when they
+    all name offered tools (a lenient reading)."""
     run.payload = []
     run.plen = 0
     run.bal = None
     run.started = False
     run.values.append(value)
-    run.repairs.extend([*used, "missing-final-bracket"])
+    run.repairs.extend(used)
     run.lenient = True
     finish_call(st, run)
     return True

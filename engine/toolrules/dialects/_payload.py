@@ -135,11 +135,7 @@ def step_payload(st: State, run: CallRun, final: bool) -> bool:
             else:
                 if isinstance(value, (dict, list)) and not too_deep(buf, i, end):
                     st.consume(run, end)
-                    run.values.append(value)
-                    run.mark = len(run.raw)
-                    run.started = False
-                    run.bal = None
-                    run.phase = "after"
+                    run.took_value(value)
                     return True
     pos = st.pos
     bal = run.bal
@@ -189,11 +185,7 @@ def _payload_done(st: State, run: CallRun, at_marker: bool) -> bool:
             malformed(st, run, "payload-not-json")
             return True
         run.repairs.extend(used)
-    run.values.append(value)
-    run.mark = len(run.raw)
-    run.bal = None
-    run.started = False
-    run.phase = "after"
+    run.took_value(value)
     return True
 
 

@@ -122,6 +122,14 @@ class CallRun:
         else:
             self.phase = "payload"
 
+    def took_value(self, value: Any) -> None:
+        """The payload's value is read: what follows it comes next."""
+        self.values.append(value)
+        self.mark = len(self.raw)
+        self.bal = None
+        self.started = False
+        self.phase = "after"
+
 
 class State:
     """One output's scan: the buffer, where it stands, and what it is inside."""

@@ -110,8 +110,7 @@ class Balanced:
     string, before the value closed), "bad" (the text does not start a value; or, with
     the spec's `adjacent`, an opening bracket at new_pos follows a value closed inside an
     object with only blanks between - the value is broken there), or "deep" (the bracket
-    that opens level
-    MAX_DEPTH + 1 ends at new_pos).
+    that opens level MAX_DEPTH + 1 ends at new_pos).
     """
 
     __slots__ = ("after", "bracketed", "depth", "item_end", "objects", "quote", "spec",

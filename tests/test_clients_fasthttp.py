@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from itertools import pairwise
 from typing import Any
 
 import httpx
@@ -20,7 +21,7 @@ class RawServer:
     """An asyncio server answering each request with the next canned bytes; counts
     connections; `close_after` closes a connection after that many answers."""
 
-    def __init__(self, answers: list[bytes], close_after: int | None = None):
+    def __init__(self, answers: list[Any], close_after: int | None = None):
         self.answers = list(answers)
         self.close_after = close_after
         self.connections = 0
@@ -38,6 +39,13 @@ class RawServer:
                                        if h.lower().startswith(b"content-length")), b"0"))
                     await reader.readexactly(length)
                     answer = self.answers.pop(0)
+                    if isinstance(answer, tuple):  # pieces, written apart
+                        for piece in answer:
+                            writer.write(piece)
+                            await writer.drain()
+                            await asyncio.sleep(0.02)
+                        served += 1
+                        continue
                     if answer == b"HANG":
                         await asyncio.sleep(5)
                         continue
@@ -62,6 +70,44 @@ class RawServer:
         return f"http://127.0.0.1:{self.port}/v1/x"
 
 
+_CHUNKED_HEAD = b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n"
+_CHUNKED_BODY = b"5\r\nhello\r\n1;x=y\r\n \r\nA\r\n0123456789\r\n0\r\nx-t: 1\r\n\r\n"
+
+
+@pytest.mark.parametrize("cuts", [(1,), (2, 9), (8, 13, 14), (20, 30, 40, 47),
+                                  tuple(range(1, len(_CHUNKED_BODY)))])
+def test_a_chunked_body_split_anywhere_is_read_whole_and_as_it_comes(cuts):
+    bounds = (0, *cuts, len(_CHUNKED_BODY))
+    pieces = tuple(_CHUNKED_BODY[a:b] for a, b in pairwise(bounds))
+
+    async def go() -> None:
+        async with RawServer([(_CHUNKED_HEAD, *pieces), ok(b"next")]) as srv:
+            c = FastClient(5, 5)
+            r = await _post(c, srv.url, stream=True)
+            got = [p async for p in r.aiter_bytes()]
+            assert b"".join(got) == b"hello 0123456789"
+            if len(pieces) > 3:  # read as the pieces came, not at the end
+                assert len(got) > 1
+            nxt = await _post(c, srv.url)  # the connection was left clean for the next
+            assert nxt.content == b"next" and srv.connections == 1
+            await c.aclose()
+
+    asyncio.run(go())
+
+
+@pytest.mark.parametrize("body", [b"zz\r\nab\r\n0\r\n\r\n", b"5\r\nab"])
+def test_a_broken_chunked_body_is_a_protocol_error(body):
+    async def go() -> None:
+        async with RawServer([_CHUNKED_HEAD + body], close_after=1) as srv:
+            c = FastClient(5, 5)
+            r = await _post(c, srv.url, stream=True)
+            with pytest.raises(httpx.RemoteProtocolError):
+                _ = [p async for p in r.aiter_bytes()]
+            await c.aclose()
+
+    asyncio.run(go())
+
+
 def ok(body: bytes = b'{"a": 1}', extra: str = "") -> bytes:
     return (f"HTTP/1.1 200 OK\r\ncontent-length: {len(body)}\r\n{extra}\r\n").encode() + body
 
@@ -83,7 +129,8 @@ def test_keep_alive_and_framings():
             r2 = await _post(c, srv.url)
             assert (r1.content, r2.content) == (b'{"a": 1}', b"[2]")
             r3 = await _post(c, srv.url, stream=True)
-            assert [p async for p in r3.aiter_bytes()] == [b"abc", b"de"]
+            # the chunks that arrived together come as one piece
+            assert [p async for p in r3.aiter_bytes()] == [b"abcde"]
             r4 = await _post(c, srv.url)
             assert r4.content == b"all of it" and r4.headers.get("Content-Length") is None
             assert srv.connections == 1  # one connection for all four

@@ -38,7 +38,10 @@ def _rule_expressions(engine: Any) -> list[str]:
 
 HAND = ["a", "a.b", "a[0]", "a[-1].b", "a || b", "a && b", "!a", "a == b", "a != `1`",
         "{x: a, y: `[]`}", "[a, b]", "@", "a | b", "a[].b", "a[?b]", "length(a)",
-        "type(a) == 'string' && a || b", "!`0`", "`0` == `false`", "`1` == `true`"]
+        "type(a) == 'string' && a || b", "!`0`", "`0` == `false`", "`1` == `true`",
+        "a[*].b", "a[]", "a[][]", "a[?b == `1`].b", "a[?b].b[0]", "*.b", "a.*",
+        "join(', ', a)", "length(a[?b])", "sort_by(a, &b)", "not_null(a, b)",
+        "starts_with(a, 'x')", "sum(a[].b)", "a[0:2]", "a > b"]
 
 
 def _same(src: str, data: Any) -> None:

@@ -1,4 +1,7 @@
-"""Small JSON helpers shared by schema transforms, validation and value typing."""
+"""Small JSON helpers shared by schema transforms, validation and value typing; and the
+JSON reading and writing of the proxy's hot path (`loads`, `dumps_compact`): orjson when
+it is installed (the serve extra brings it), the standard library otherwise - with the
+standard library's results and errors either way."""
 
 from __future__ import annotations
 
@@ -6,7 +9,38 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-__all__ = ["decode_object", "json_type", "resolve_pointer"]
+__all__ = ["decode_object", "dumps_compact", "json_type", "loads", "resolve_pointer"]
+
+try:
+    import orjson as _orjson
+except ImportError:  # pragma: no cover - the serve extra installs it
+    _orjson = None
+
+
+def loads(data: str | bytes | bytearray) -> Any:
+    """`json.loads(data)`: the same values, and the same ValueError for what is not JSON
+    (orjson reads it first; what orjson refuses - NaN, huge integers, other encodings -
+    is read, or refused, by the standard library)."""
+    if _orjson is not None:
+        try:
+            return _orjson.loads(data)
+        except ValueError:
+            pass
+    return json.loads(data)
+
+
+def dumps_compact(value: Any) -> str:
+    """`json.dumps(value, ensure_ascii=False, separators=(",", ":"))`, faster: the same
+    JSON, though a number may be spelled differently (`1e-05` as `0.00001`) and NaN or
+    Infinity is written null; what orjson cannot write (integer keys, huge integers) is
+    written by the standard library."""
+    if _orjson is not None:
+        try:
+            if type(value) is dict or type(value) is list:
+                return _orjson.dumps(value).decode()
+        except TypeError:
+            pass
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
 
 
 def json_type(value: Any) -> str | None:

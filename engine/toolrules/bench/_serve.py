@@ -5,7 +5,9 @@ HTTP/1.1, canned answers), `toolrules serve` in front of it (one worker, its met
 as by default), and - when their programs are found - LiteLLM's proxy and
 claude-code-router in front of the same upstream; the load comes from
 this process (a keep-alive pool of the small asyncio HTTP client, uvloop when
-installed). For 1 and
+installed). On a machine with two or more CPUs each proxy runs on CPU 0 alone and the
+upstream and the load on the others, so a proxy's figures are what one core of it
+does, whatever the load generator costs. For 1 and
 16 concurrent clients, non-streamed and streamed: requests/s, p50/p99 latency and the
 time to the first byte of a stream, directly and through each proxy, in one run.
 Bounded: a request count and a time limit per measurement.
@@ -187,11 +189,32 @@ def _group_cpu(pgid: int | None) -> float | None:
     return total
 
 
+def _cpus() -> tuple[set[int], set[int]] | None:
+    """(the proxies' CPU, everything else's) when this process may use two or more CPUs
+    and can pin processes (Linux), else None."""
+    if not hasattr(os, "sched_getaffinity"):
+        return None
+    mine = sorted(os.sched_getaffinity(0))
+    if len(mine) < 2:
+        return None
+    return {mine[0]}, set(mine[1:])
+
+
+def _pinned(cpus: set[int] | None) -> Any:
+    if not cpus:
+        return None
+    return lambda: os.sched_setaffinity(0, cpus)
+
+
 @contextmanager
 def _process(args: list[str], ready_url: str, limit: float,
-             env: dict[str, str] | None = None) -> Iterator[_Started]:
+             env: dict[str, str] | None = None,
+             cpus: set[int] | None = None) -> Iterator[_Started]:
+    """Run `args` (in its own process group; on `cpus` when given - its children inherit
+    them) until the block ends; true when `ready_url` answers within `limit` s."""
     proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                            env={**os.environ, **(env or {})}, start_new_session=True)
+                            env={**os.environ, **(env or {})}, start_new_session=True,
+                            preexec_fn=_pinned(cpus))
     try:
         yield _Started(_wait_http(ready_url, proc, limit), proc.pid)
     finally:
@@ -336,9 +359,12 @@ def bench(engine: Any, quick: bool) -> list[tuple[str, str]]:
     out: list[tuple[str, str]] = []
     checks: list[tuple[str, str]] = []
     py = sys.executable
-    with tempfile.TemporaryDirectory() as tmp, \
+    split = _cpus()
+    proxy_cpu, rest = split if split else (None, None)
+    with tempfile.TemporaryDirectory() as tmp, _own_cpus(rest), \
             _process([py, "-c", f"from toolrules.bench._serve import fake_upstream; "
-                      f"fake_upstream({up_port})"], f"{up_url}/v1/models", 20) as up_ok:
+                      f"fake_upstream({up_port})"], f"{up_url}/v1/models", 20,
+                     cpus=rest) as up_ok:
         if not up_ok:
             return [("serve", "skipped: the fake upstream did not start")]
         ours = [py, "-c", "from toolrules.cli import main; main()", "serve", "--upstream",
@@ -358,12 +384,14 @@ def bench(engine: Any, quick: bool) -> list[tuple[str, str]]:
             "Providers": [{"name": "upstream", "api_base_url": f"{up_url}/v1/chat/completions",
                            "api_key": "x", "models": [_MODEL]}],
             "Router": {"default": f"upstream,{_MODEL}"}}))
-        with _process(ours, f"{ours_url}/health", 60) as ours_ok, \
+        with _process(ours, f"{ours_url}/health", 60, cpus=proxy_cpu) as ours_ok, \
                 (_process([lite, "--config", str(cfg), "--port", str(lite_port),
                            "--num_workers", "1"], f"{lite_url}/health/liveliness", 180,
-                          env={"LITELLM_LOG": "ERROR", "LITELLM_MASTER_KEY": _KEY})
+                          env={"LITELLM_LOG": "ERROR", "LITELLM_MASTER_KEY": _KEY},
+                          cpus=proxy_cpu)
                  if lite else _null()) as lite_ok, \
-                (_process([ccr, "start"], f"{ccr_url}/health", 60, env={"HOME": str(ccr_home)})
+                (_process([ccr, "start"], f"{ccr_url}/health", 60, env={"HOME": str(ccr_home)},
+                          cpus=proxy_cpu)
                  if ccr else _null()) as ccr_ok:
             pids.update({"toolrules serve": ours_ok.pid, "LiteLLM proxy": lite_ok.pid,
                          "claude-code-router": ccr_ok.pid})
@@ -400,6 +428,9 @@ def bench(engine: Any, quick: bool) -> list[tuple[str, str]]:
             if ours_ok:  # measured with its metrics on (the default): what a scrape saw
                 checks.append(("toolrules serve: GET /metrics", _scraped(ours_url)))
     direct = {k[2:]: v for k, v in results.items() if k[0] == "direct"}
+    out.insert(0, ("CPUs", f"each proxy on CPU {min(proxy_cpu)} alone; the upstream and the "
+                   f"load on {','.join(map(str, sorted(rest)))}" if proxy_cpu and rest else
+                   "one CPU: the proxies, the upstream and the load share it"))
     for (name, api, clients, stream), r in results.items():
         mode = "stream" if stream else "non-stream"
         label = f"{name} ({api}), {clients:>2} client(s), {mode}"
@@ -432,6 +463,20 @@ def _scraped(url: str) -> str:
         if line.startswith("toolrules_requests_total{"):
             total += float(line.rsplit(" ", 1)[1])
     return f"on: toolrules_requests_total {total:.0f}"
+
+
+@contextmanager
+def _own_cpus(cpus: set[int] | None) -> Iterator[None]:
+    """This process (the load generator) on `cpus` for the block."""
+    if not cpus:
+        yield
+        return
+    before = os.sched_getaffinity(0)
+    os.sched_setaffinity(0, cpus)
+    try:
+        yield
+    finally:
+        os.sched_setaffinity(0, before)
 
 
 @contextmanager

@@ -133,15 +133,8 @@ class FastResponse:
             return
         reader = conn.reader
         if self._chunked:
-            while True:
-                line = await self._read(reader.readuntil(b"\r\n"))
-                size = int(line.split(b";", 1)[0].strip() or b"0", 16)
-                if size == 0:
-                    while (await self._read(reader.readuntil(b"\r\n"))) != b"\r\n":
-                        pass  # trailers
-                    break
-                data = await self._read(reader.readexactly(size + 2))
-                yield data[:-2]
+            async for data in self._chunks(reader):
+                yield data
         elif self._length is not None:
             left = self._length
             while left > 0:
@@ -159,6 +152,58 @@ class FastResponse:
                     break
                 yield data
         self._release()
+
+    async def _chunks(self, reader: asyncio.StreamReader) -> AsyncIterator[bytes]:
+        """A chunked body's data: every chunk that arrived in one read is decoded from the
+        buffer and given as one piece (one await per read, not per chunk line)."""
+        buf = bytearray()
+        pos = 0
+        trailers = False  # the last chunk was read: trailer lines up to an empty one
+        while True:
+            parts: list[bytes] = []
+            while True:
+                nl = buf.find(b"\r\n", pos)
+                if nl < 0:
+                    if len(buf) - pos > _MAX_HEADER:
+                        self._drop()
+                        raise _httpx().RemoteProtocolError("a chunk-size or trailer line "
+                                                           "is too long")
+                    break
+                if trailers:
+                    empty = nl == pos
+                    pos = nl + 2
+                    if empty:
+                        if parts:
+                            yield b"".join(parts)
+                        if pos < len(buf):  # bytes after the answer: not reusable
+                            self._keep = False
+                        return
+                    continue
+                try:
+                    size = int(buf[pos:nl].split(b";", 1)[0].strip() or b"0", 16)
+                except ValueError:
+                    self._drop()
+                    raise _httpx().RemoteProtocolError(
+                        f"a bad chunk-size line: {buf[pos:nl][:40]!r}") from None
+                if size == 0:
+                    trailers, pos = True, nl + 2
+                    continue
+                end = nl + 2 + size
+                if len(buf) < end + 2:
+                    break
+                parts.append(bytes(buf[nl + 2:end]))
+                pos = end + 2
+            if parts:
+                yield parts[0] if len(parts) == 1 else b"".join(parts)
+            data = await self._read(reader.read(_READ))
+            if not data:
+                self._drop()
+                raise _httpx().RemoteProtocolError("the server closed the connection in the "
+                                                   "middle of the answer")
+            if pos:
+                del buf[:pos]  # what was decoded (the rest waits for its end)
+                pos = 0
+            buf += data
 
     async def aread(self) -> bytes:
         if self._conn is None:

@@ -18,6 +18,8 @@ import zlib
 from dataclasses import dataclass
 from typing import Any
 
+from .._jsonutil import loads
+
 __all__ = ["AwsEventStreamDecoder", "NdjsonDecoder", "SseDecoder", "StreamFailure",
            "decoder_for", "encode_aws_event"]
 
@@ -38,7 +40,7 @@ class StreamFailure:
 
 def _json(text: str) -> Any:
     try:
-        return json.loads(text)
+        return loads(text)
     except ValueError:
         raise FramingError(f"a stream event is not JSON: {text[:120]!r}") from None
 

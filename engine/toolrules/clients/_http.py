@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import urlencode, urlsplit
 
 from .._errors import CapabilityError, ParseTimeoutError, ToolrulesError
+from .._jsonutil import dumps_compact, loads
 from .._types import Message, ParsedResponse, StreamChunk, Tool
 from .._version import __version__
 from ..calls._tool_errors import ToolErrorCode
@@ -197,7 +198,7 @@ class HttpModel:
         accept = _ACCEPT.get(self._http.framing or "", "application/json") if stream \
             else "application/json"
         headers = {"content-type": "application/json", **self._base_headers(accept)}
-        return url, json.dumps(body, ensure_ascii=False).encode("utf-8"), headers
+        return url, dumps_compact(body).encode("utf-8"), headers
 
     def _with_auth_query(self, url: str) -> str:
         """`url` with the key in its query, where the provider's auth rule puts it there."""
@@ -214,7 +215,7 @@ class HttpModel:
     def _json(self, raw: bytes, what: str) -> Any:
         """A reply body as JSON; anything else is an EXECUTION failure naming `what`."""
         try:
-            return json.loads(raw)
+            return loads(raw)
         except ValueError:
             snippet = raw[:200].decode("utf-8", errors="replace")
             raise self._fail(f"{what} is not JSON: {snippet!r}",

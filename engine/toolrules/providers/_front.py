@@ -21,6 +21,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from .._errors import CapabilityError, UnsupportedContentError
+from .._jsonutil import dumps_compact
 from .._types import ContentPart, Message, ParsedResponse, ToolCall
 from ._messages import derived_id
 from ._rules import Expr, Provider
@@ -519,7 +520,7 @@ class StreamWriter:
                 ev[g.sequence] = self._seq
                 self._seq += 1
             name = g.name(ev) if g.name is not None else None
-            data = json.dumps(ev, ensure_ascii=False, separators=(",", ":"))
+            data = dumps_compact(ev)
             out.append(f"event: {name}\ndata: {data}\n\n" if isinstance(name, str)
                        else f"data: {data}\n\n")
         return "".join(out).encode("utf-8")

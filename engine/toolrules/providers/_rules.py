@@ -43,8 +43,10 @@ class Expr:
 
     The parsed expression is turned into Python closures once (`_closure`): the nodes
     the rules use most - fields, indexes, sub-expressions, multi-selects, literals,
-    ||, &&, !, == and != - evaluate directly with JMESPath's own semantics; every other
-    node (projections, filters, functions ...) is handed to JMESPath's interpreter. A
+    ||, &&, !, == and !=, projections, filters, flattening, function arguments - evaluate
+    directly with JMESPath's own semantics (the functions themselves are JMESPath's);
+    every other node (comparisons by order, slices, `&expr` arguments ...) is handed to
+    JMESPath's interpreter. A
     proxy evaluates dozens of these per request: this keeps that a few microseconds."""
 
     __slots__ = ("_fn", "src", "where")
@@ -179,13 +181,54 @@ def _closure(node: dict[str, Any]) -> Callable[[Any], Any]:
         if node["value"] == "eq":
             return lambda value: _equals(left(value), right(value))
         return lambda value: not _equals(left(value), right(value))
+    if kind in ("projection", "filter_projection", "flatten"):
+        base = _closure(children[0])
+        if kind == "flatten":
+            def flatten(value: Any) -> Any:
+                found = base(value)
+                if not isinstance(found, list):
+                    return None
+                out: list[Any] = []
+                for item in found:
+                    if isinstance(item, list):
+                        out.extend(item)
+                    else:
+                        out.append(item)
+                return out
+            return flatten
+        each = _closure(children[1])
+        keep = _closure(children[2]) if kind == "filter_projection" else None
+
+        def project(value: Any) -> Any:
+            found = base(value)
+            if not isinstance(found, list):
+                return None
+            out = []
+            for item in found:
+                if keep is not None and _is_false(keep(item)):
+                    continue
+                got = each(item)
+                if got is not None:
+                    out.append(got)
+            return out
+        return project
+    interpreter = _interpreter()
+    if kind == "function_expression" and all(c.get("type") != "expref" for c in children):
+        # the arguments as closures; the function itself is JMESPath's (its type checks)
+        name = node["value"]
+        args = [_closure(c) for c in children]
+        call = interpreter._functions.call_function
+        return lambda value: call(name, [arg(value) for arg in args])
+    return lambda value: interpreter.visit(node, value)
+
+
+def _interpreter() -> Any:
     global _INTERPRETER
     if _INTERPRETER is None:
         from jmespath.visitor import TreeInterpreter
 
         _INTERPRETER = TreeInterpreter()
-    interpreter = _INTERPRETER
-    return lambda value: interpreter.visit(node, value)
+    return _INTERPRETER
 
 
 def _expr(value: Any, where: str) -> Expr | None:

@@ -15,7 +15,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hmac
-import json
 import logging
 import math
 import os
@@ -27,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from .._errors import ParseTimeoutError, ToolrulesError, UnsupportedContentError
+from .._jsonutil import dumps_compact, loads
 from .._types import ParsedResponse
 from ..calls._tool_errors import ToolErrorCode
 from ..clients._errors import ProviderError
@@ -225,7 +225,7 @@ class ServeApp:
             parts.append(chunk)
         raw = b"".join(parts)
         try:
-            data = json.loads(raw)
+            data = loads(raw)
         except ValueError as exc:
             raise _Reject(400, f"the request body is not valid JSON: {exc}") from None
         if not isinstance(data, dict):
@@ -247,7 +247,7 @@ class ServeApp:
 
     def _log(self, info: dict[str, Any]) -> None:
         if access_log.isEnabledFor(logging.INFO):
-            access_log.info(json.dumps(info, ensure_ascii=False, separators=(",", ":")))
+            access_log.info(dumps_compact(info))
 
     # ------------------------------------------------------------ the API endpoints
 
@@ -268,7 +268,7 @@ class ServeApp:
         ex: Exchange | None = None
         rid = _new_id()
         info: dict[str, Any] = {"time": round(time.time(), 3), "id": rid,
-                                "method": request.method, "path": request.url.path,
+                                "method": request.method, "path": request.scope["path"],
                                 "front": front.provider}
         stream = False
         try:
@@ -350,7 +350,7 @@ class ServeApp:
                                              usage=usage)
             self._outcome(info, ex)
             info["status"] = 200
-            return Response(json.dumps(out, ensure_ascii=False, separators=(",", ":")),
+            return Response(dumps_compact(out),
                             media_type="application/json")
         except _Reject as rej:
             info["status"] = rej.status
@@ -718,7 +718,8 @@ class ServeApp:
 def create_app(engine: Any, config: ServeConfig, *, api_keys: Iterable[str] = (),
                trace_dir: str | os.PathLike[str] | None = None,
                tracer_provider: Any = None) -> Any:
-    """The Starlette app for `config` (see `load_config`); `tracer_provider`: an
+    """The ASGI app for `config` (see `load_config`): Starlette's, with the fronts' POST
+    paths answered directly (`app.state.serve` is the ServeApp); `tracer_provider`: an
     OpenTelemetry tracer provider the request spans go to (else the OTEL_* environment
     decides, see toolrules.serve._otel)."""
     from starlette.applications import Starlette
@@ -728,9 +729,12 @@ def create_app(engine: Any, config: ServeConfig, *, api_keys: Iterable[str] = ()
                      tracer_provider=tracer_provider)
     routes = []
     model_paths: set[str] = set()
+    exact: dict[str, Any] = {}  # the POST endpoints at paths without {parameters}
     for front in state.fronts:
         for path in front.served(front.path):
             routes.append(HttpRoute(path, _bind(state.handle, front), methods=["POST"]))
+            if "{" not in path:
+                exact.setdefault(path, routes[-1].endpoint)
         for path in front.served(front.stream_path):  # every answer here is streamed
             routes.append(HttpRoute(path, _bind(state.handle, front, streamed=True),
                                     methods=["POST"]))
@@ -754,7 +758,34 @@ def create_app(engine: Any, config: ServeConfig, *, api_keys: Iterable[str] = ()
 
     app = Starlette(routes=routes, lifespan=lifespan)
     app.state.serve = state
-    return app
+    return _Direct(app, exact)
+
+
+class _Direct:
+    """The proxy's ASGI app: a POST to a front's own path (no path parameters) goes
+    straight to its endpoint, the rest through the Starlette app's router. The endpoint
+    answers every failure itself, so the router's and middlewares' work per request (a
+    few percent of a streamed request's CPU) buys nothing there."""
+
+    def __init__(self, app: Any, exact: Mapping[str, Any]):
+        from starlette.requests import Request
+
+        self.app = app
+        self.state = app.state
+        self._exact = dict(exact)
+        self._request = Request
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] == "http" and scope["method"] == "POST" and not scope.get("root_path"):
+            endpoint = self._exact.get(scope["path"])
+            if endpoint is not None:
+                response = await endpoint(self._request(scope, receive))
+                await response(scope, receive, send)
+                return
+        await self.app(scope, receive, send)
+
+    def __getattr__(self, name: str) -> Any:  # the Starlette app's routes, router ...
+        return getattr(self.app, name)
 
 
 _SSE: list[Any] = []

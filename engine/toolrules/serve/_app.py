@@ -14,13 +14,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import hmac
 import logging
 import math
 import os
 import random
 import time
-from collections.abc import AsyncGenerator, AsyncIterator, Iterable, Mapping
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Iterable, Mapping
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
@@ -254,18 +255,24 @@ class ServeApp:
     async def handle(self, request: Any, front: Any, streamed: bool = False) -> Any:
         # every reply is read under the parse deadline: a reply that takes too long to
         # read ends its request, and the worker goes on serving the others
+        after: list[Callable[[], None]] = []
         with parse_deadline(self.config.server.parse_timeout or None):
             if not self.observed:
-                return await self._handle(request, front, streamed)
-            with parse_clock() as clock:  # the parse time, for the metrics
-                return await self._handle(request, front, streamed, clock)
+                response = await self._handle(request, front, streamed, None, after)
+            else:
+                with parse_clock() as clock:  # the parse time, for the metrics
+                    response = await self._handle(request, front, streamed, clock, after)
+        if after:  # logged and counted once the answer went out
+            response.background = _After(after[0])
+        return response
 
     async def _handle(self, request: Any, front: Any, streamed: bool = False,
-                      clock: Any = None) -> Any:
+                      clock: Any = None, after: list[Callable[[], None]] | None = None) -> Any:
         from starlette.responses import Response
 
         started = time.perf_counter()
         ex: Exchange | None = None
+        answered: Exchange | None = None
         rid = _new_id()
         info: dict[str, Any] = {"time": round(time.time(), 3), "id": rid,
                                 "method": request.method, "path": request.scope["path"],
@@ -348,10 +355,9 @@ class ServeApp:
             usage = {**self._usage(body, parsed, front), **(ex.outcome.usage or {})}
             out = self.engine.build_response(parsed, front.provider, model=requested,
                                              usage=usage)
-            self._outcome(info, ex)
+            answered = ex  # its outcome is written with the log line
             info["status"] = 200
-            return Response(dumps_compact(out),
-                            media_type="application/json")
+            return Response(dumps_compact(out), media_type="application/json")
         except _Reject as rej:
             info["status"] = rej.status
             return self._error_response(front, rej)
@@ -380,11 +386,18 @@ class ServeApp:
             return self._error_response(front, _Reject(500, "the proxy failed; see its log"))
         finally:
             if "status" in info:  # a stream that started logs when it ends
-                ended = time.perf_counter()
-                info["ms"] = round((ended - started) * 1000.0, 3)
-                self._log(info)
-                if self.observed:
-                    self._count(info, ex, started, ended, None, request.headers)
+                def finish() -> None:
+                    if answered is not None:
+                        self._outcome(info, answered)
+                    ended = time.perf_counter()
+                    info["ms"] = round((ended - started) * 1000.0, 3)
+                    self._log(info)
+                    if self.observed:
+                        self._count(info, ex, started, ended, None, request.headers)
+                if after is None:
+                    finish()
+                else:
+                    after.append(finish)
 
     def _count(self, info: dict[str, Any], ex: Exchange | None, started: float, ended: float,
                first_token: float | None, headers: Mapping[str, str] | None) -> None:
@@ -502,11 +515,9 @@ class ServeApp:
                 parsed, front.provider, model=requested, response_id=rid, usage=usage),
             response_id=rid, model=requested, request=body,
             usage={"input_tokens": self._input_tokens(body, front)})
-        return _sse_response()(
-            self._sse(front, ex, events, producer, queue, first, writer, body, info, started,
-                      trace, headers),
-            media_type="text/event-stream",
-            headers={"cache-control": "no-cache", "x-accel-buffering": "no"})
+        return _Streamed(functools.partial(
+            self._sse, front, ex, events, producer, queue, first, writer, body, info, started,
+            trace, headers))
 
     async def _stop(self, producer: asyncio.Future[Any], events: AsyncGenerator[Any, None],
                     trace: Any) -> None:
@@ -523,27 +534,41 @@ class ServeApp:
                    producer: asyncio.Future[Any], queue: asyncio.Queue[tuple[str, Any]],
                    first: tuple[str, Any] | None, writer: Any, body: Mapping[str, Any],
                    info: dict[str, Any], started: float, trace: Any,
-                   headers: Mapping[str, str] | None = None) -> AsyncIterator[bytes]:
+                   headers: Mapping[str, str] | None, receive: Any, send: Any) -> None:
+        """Write the stream (ASGI `send`): what is ready goes out in one write, the last
+        bytes with the end of the body; the client's disconnect (ASGI `receive`) ends it.
+        What the request is counted and logged as is done after its last byte went out."""
         keep_alive = self.config.server.keep_alive or None
         info["status"] = 200
         first_byte = None
         first_token: float | None = None
-        # What is ready goes out in one write: the events already queued are written
-        # together (a fast upstream's burst is one send, not one per event).
         pending: list[bytes] = []
+        ended = False  # the end of the body was sent
+
+        async def watch() -> None:  # the client's disconnect wakes the writer
+            while (await receive())["type"] != "http.disconnect":
+                pass
+            queue.put_nowait(("gone", None))
+
+        async def write(data: bytes, more: bool = True) -> None:
+            nonlocal first_byte, ended
+            await send({"type": "http.response.body", "body": data, "more_body": more})
+            ended = not more
+            if first_byte is None:
+                first_byte = time.perf_counter()
+
+        await send({"type": "http.response.start", "status": 200, "headers": _SSE_HEADERS})
+        watcher = asyncio.ensure_future(watch())
         try:
             pending.append(writer.start())
             if first is None:  # a slow upstream: the stream starts now, kept alive
-                yield pending.pop()
-                first_byte = time.perf_counter()
+                await write(pending.pop())
             while True:
                 if first is not None:
                     entry, first = first, None
                 elif pending and (queue.empty() or len(pending) >= 64):
-                    yield b"".join(pending)
+                    await write(b"".join(pending))
                     pending.clear()
-                    if first_byte is None:
-                        first_byte = time.perf_counter()
                     continue
                 elif not queue.empty():
                     entry = queue.get_nowait()
@@ -552,11 +577,13 @@ class ServeApp:
                         async with asyncio.timeout(keep_alive):
                             entry = await queue.get()
                     except TimeoutError:
-                        yield writer.ping()
+                        await write(writer.ping())
                         continue
                 what, item = entry
                 if what == "end":
                     break
+                if what == "gone":  # the client went away: nothing more is written
+                    return
                 if what == "error":
                     raise item
                 kind, value = item
@@ -571,39 +598,45 @@ class ServeApp:
                 elif kind == "done":
                     usage = {**self._usage(body, value, front), **(ex.outcome.usage or {})}
                     pending.append(writer.finish(value, usage))
-            if pending:
-                yield b"".join(pending)
-                pending.clear()
+            await write(b"".join(pending), more=False)
         except ProviderError as exc:
             failure = upstream_failure(exc)
             info.update(error=exc.code.name, stream_error=failure.status)
-            yield b"".join(pending) + writer.error(failure.status, failure.message, front=front)
+            await write(b"".join(pending) + writer.error(failure.status, failure.message,
+                                                         front=front), more=False)
         except ParseTimeoutError as exc:
             info.update(error=type(exc).__name__, stream_error=502)
             _record_late(trace, exc)
             late = _late_reject(exc)
-            yield b"".join(pending) + writer.error(late.status, late.message, front=front)
+            await write(b"".join(pending) + writer.error(late.status, late.message,
+                                                         front=front), more=False)
         except ToolrulesError as exc:
             info.update(error=type(exc).__name__, stream_error=500)
-            yield b"".join(pending) + writer.error(
-                500, f"the proxy could not answer: {safe_error(exc)}", front=front)
+            await write(b"".join(pending) + writer.error(
+                500, f"the proxy could not answer: {safe_error(exc)}", front=front),
+                more=False)
         except Exception as exc:  # a bug: the client still gets a well-formed end
             log.exception("request %s failed", info.get("id"))
             info.update(error=type(exc).__name__, stream_error=500)
-            yield b"".join(pending) + writer.error(500, "the proxy failed; see its log",
-                                                   front=front)
+            await write(b"".join(pending) + writer.error(500, "the proxy failed; see its log",
+                                                         front=front), more=False)
         finally:
+            watcher.cancel()
             await self._stop(producer, events, trace)
+            if not ended:  # cancelled, or the client left: the body is ended all the same
+                with contextlib.suppress(Exception):
+                    await send({"type": "http.response.body", "body": b"",
+                                "more_body": False})
             if not writer.closed:
                 info["disconnected"] = True
             self._outcome(info, ex)
-            ended = time.perf_counter()
-            info["ms"] = round((ended - started) * 1000.0, 3)
+            done = time.perf_counter()
+            info["ms"] = round((done - started) * 1000.0, 3)
             if first_byte is not None:
                 info["first_byte_ms"] = round((first_byte - started) * 1000.0, 3)
             self._log(info)
             if self.observed:
-                self._count(info, ex, started, ended, first_token, headers)
+                self._count(info, ex, started, done, first_token, headers)
 
     # ------------------------------------------------------------ the other endpoints
 
@@ -788,7 +821,8 @@ class _Direct:
         return getattr(self.app, name)
 
 
-_SSE: list[Any] = []
+_SSE_HEADERS = [(b"content-type", b"text/event-stream; charset=utf-8"),
+                (b"cache-control", b"no-cache"), (b"x-accel-buffering", b"no")]
 
 
 def _new_id() -> str:
@@ -796,38 +830,29 @@ def _new_id() -> str:
     return f"{random.getrandbits(96):024x}"
 
 
-def _sse_response() -> Any:
-    """StreamingResponse that watches for the client's disconnect with one plain asyncio
-    task (Starlette's own starts an anyio task group per stream on ASGI < 2.4 servers)."""
-    if _SSE:
-        return _SSE[0]
-    from starlette.responses import StreamingResponse
+class _After:
+    """A response's `background`: `fn` called once the response's last byte is sent."""
 
-    class SseResponse(StreamingResponse):
-        async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
-            spec = scope.get("asgi", {}).get("spec_version", "2.0")
-            if scope["type"] != "http" or tuple(map(int, spec.split("."))) >= (2, 4):
-                await super().__call__(scope, receive, send)
-                return
-            stream = asyncio.ensure_future(self.stream_response(send))
-            watch = asyncio.ensure_future(self.listen_for_disconnect(receive))
-            try:
-                await asyncio.wait((stream, watch), return_when=asyncio.FIRST_COMPLETED)
-            finally:
-                ended = not stream.done()  # the client went away: the stream is ended
-                for task in (stream, watch):
-                    if not task.done():
-                        task.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await watch
-                if ended:
-                    with contextlib.suppress(asyncio.CancelledError):
-                        await stream
-                else:
-                    await stream  # its exception, if any, goes on
+    __slots__ = ("_fn",)
 
-    _SSE.append(SseResponse)
-    return SseResponse
+    def __init__(self, fn: Callable[[], None]):
+        self._fn = fn
+
+    async def __call__(self) -> None:
+        self._fn()
+
+
+class _Streamed:
+    """A streamed answer as an ASGI response: `run(receive, send)` writes all of it (one
+    task: no response machinery between the exchange's events and the socket)."""
+
+    __slots__ = ("_run",)
+
+    def __init__(self, run: Callable[[Any, Any], Any]):
+        self._run = run
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        await self._run(receive, send)
 
 
 def _route_name(route: Route) -> str:

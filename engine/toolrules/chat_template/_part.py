@@ -44,12 +44,11 @@ class ChatTemplatePart(Part):
             return Turns(tuple(msgs))
         engine = self.engine
         join, block = self._turn_settings()
-        # calls the template cannot take are written in the model's own trained format
-        # when the rules have one, else in its emulation style
-        trained = {st.dialect for st in engine.emulation_styles() if st.trained}
-        style = cap.dialect if cap.dialect is not None and cap.dialect in trained else None
-
         def calls_as_text(group: list[Message]) -> list[Message]:
+            # calls the template cannot take are written in the model's own trained
+            # format when the rules have one, else in its emulation style
+            trained = {st.dialect for st in engine.emulation_styles() if st.trained}
+            style = cap.dialect if cap.dialect is not None and cap.dialect in trained else None
             return engine.emulate_history(group, tools, model, capability=cap, style=style)
 
         def system_block(text: str) -> str:

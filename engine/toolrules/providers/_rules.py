@@ -52,8 +52,11 @@ class Expr:
     __slots__ = ("_fn", "src", "where")
 
     def __init__(self, src: str, where: str):
+        global _JMESPATH_ERROR
         import jmespath
 
+        if not _JMESPATH_ERROR:
+            _JMESPATH_ERROR = jmespath.exceptions.JMESPathError
         self.src = src
         self.where = where
         fn = _COMPILED.get(src)
@@ -65,11 +68,9 @@ class Expr:
         self._fn = fn
 
     def __call__(self, data: Any) -> Any:
-        from jmespath.exceptions import JMESPathError
-
         try:
             return self._fn(data)
-        except JMESPathError as exc:
+        except _JMESPATH_ERROR as exc:
             raise ParseError(f"{self.where}: expression {self.src!r} failed: {exc}") from None
 
     def __repr__(self) -> str:
@@ -77,6 +78,10 @@ class Expr:
 
 
 _INTERPRETER: Any = None
+
+# what a failed expression raises: set by the first Expr (jmespath is imported when the
+# first expression is compiled, not per call - an expression runs many times a request)
+_JMESPATH_ERROR: Any = ()
 
 
 def _is_false(value: Any) -> bool:

@@ -461,9 +461,10 @@ class ServeApp:
             info["prefix_share"] = round(seen.share, 4)
 
     def _usage(self, body: Mapping[str, Any], parsed: ParsedResponse | None,
-               front: Any = None) -> dict[str, int]:
+               front: Any = None, input_tokens: int | None = None) -> dict[str, int]:
         cpt = self.config.server.chars_per_token
-        usage = {"input_tokens": self._input_tokens(body, front)}
+        usage = {"input_tokens": self._input_tokens(body, front) if input_tokens is None
+                 else input_tokens}
         if parsed is not None:
             out = estimate_tokens(parsed.content, cpt) + estimate_tokens(
                 parsed.reasoning_content, cpt) + sum(
@@ -510,14 +511,15 @@ class ServeApp:
                 raise first[1]
             raise ToolrulesError("the upstream ended without an answer")
         rid = front.prov.id_prefix + _new_id()
+        input_tokens = self._input_tokens(body, front)
         writer = front.writer(
             lambda parsed, usage: self.engine.build_response(
                 parsed, front.provider, model=requested, response_id=rid, usage=usage),
             response_id=rid, model=requested, request=body,
-            usage={"input_tokens": self._input_tokens(body, front)})
+            usage={"input_tokens": input_tokens})
         return _Streamed(functools.partial(
-            self._sse, front, ex, events, producer, queue, first, writer, body, info, started,
-            trace, headers))
+            self._sse, front, ex, events, producer, queue, first, writer, body, input_tokens,
+            info, started, trace, headers))
 
     async def _stop(self, producer: asyncio.Future[Any], events: AsyncGenerator[Any, None],
                     trace: Any) -> None:
@@ -533,7 +535,7 @@ class ServeApp:
     async def _sse(self, front: Any, ex: Exchange, events: AsyncGenerator[Any, None],
                    producer: asyncio.Future[Any], queue: asyncio.Queue[tuple[str, Any]],
                    first: tuple[str, Any] | None, writer: Any, body: Mapping[str, Any],
-                   info: dict[str, Any], started: float, trace: Any,
+                   input_tokens: int, info: dict[str, Any], started: float, trace: Any,
                    headers: Mapping[str, str] | None, receive: Any, send: Any) -> None:
         """Write the stream (ASGI `send`): what is ready goes out in one write, the last
         bytes with the end of the body; the client's disconnect (ASGI `receive`) ends it.
@@ -596,7 +598,8 @@ class ServeApp:
                 elif kind == "call":
                     pending.append(writer.tool_call(value))
                 elif kind == "done":
-                    usage = {**self._usage(body, value, front), **(ex.outcome.usage or {})}
+                    usage = {**self._usage(body, value, front, input_tokens),
+                             **(ex.outcome.usage or {})}
                     pending.append(writer.finish(value, usage))
             await write(b"".join(pending), more=False)
         except ProviderError as exc:

@@ -9,8 +9,10 @@ installed). On a machine with two or more CPUs each proxy runs on CPU 0 alone an
 upstream and the load on the others, so a proxy's figures are what one core of it
 does, whatever the load generator costs. For 1 and
 16 concurrent clients, non-streamed and streamed: requests/s, p50/p99 latency and the
-time to the first byte of a stream, directly and through each proxy, in one run.
-Bounded: a request count and a time limit per measurement.
+time to the first byte of a stream, directly and through each proxy, in one run - each
+target warmed first, then three interleaved rounds, medians - and the proxy's ratios to
+each peer against the goals (twice the requests/s, half the added latency). Bounded: a
+request count and a time limit per measurement.
 """
 
 from __future__ import annotations
@@ -349,7 +351,8 @@ def bench(engine: Any, quick: bool) -> list[tuple[str, str]]:
     and whether a raw-text call reaches an Anthropic client as a tool_use block."""
     if not (_has("starlette") and _has("uvicorn") and _has("httpx")):
         return [("serve", "skipped: pip install 'toolrules[serve]'")]
-    n1, n16, limit = (150, 1500, 4.0) if quick else (400, 4000, 8.0)
+    n1, n16, warm, limit = (300, 3000, 2000, 3.0) if quick else (1000, 8000, 5000, 6.0)
+    rounds = 3
     up_port, our_port, lite_port, ccr_port = _port(), _port(), _port(), _port()
     up_url = f"http://127.0.0.1:{up_port}"
     ours_url, lite_url = f"http://127.0.0.1:{our_port}", f"http://127.0.0.1:{lite_port}"
@@ -412,16 +415,24 @@ def bench(engine: Any, quick: bool) -> list[tuple[str, str]]:
             else:
                 out.append(("claude-code-router", "did not start" if ccr else
                             "not installed (npm install @musistudio/claude-code-router)"))
-            results: dict[tuple[str, str, int, bool], _Run] = {}
+            # every target warmed first (claude-code-router's JIT, the proxies' caches),
+            # then `rounds` interleaved rounds - each in another order - and the median
+            runs: dict[tuple[str, str, int, bool], list[_Run]] = {}
+            for _name, api, url in targets:
+                for stream in (False, True):
+                    _run(_load(url, 16, stream, warm, limit, api))
+            for k in range(rounds):
+                for name, api, url in targets[k % len(targets):] + targets[:k % len(targets)]:
+                    for clients, count in ((1, n1), (16, n16)):
+                        for stream in (False, True):
+                            cpu0 = _group_cpu(pids.get(name))
+                            r = _run(_load(url, clients, stream, count, limit, api))
+                            cpu1 = _group_cpu(pids.get(name))
+                            if cpu0 is not None and cpu1 is not None and r.count:
+                                r.cpu = (cpu1 - cpu0) / r.count
+                            runs.setdefault((name, api, clients, stream), []).append(r)
+            results = {key: _median(rs) for key, rs in runs.items()}
             for name, api, url in targets:
-                for clients, count in ((1, n1), (16, n16)):
-                    for stream in (False, True):
-                        cpu0 = _group_cpu(pids.get(name))
-                        r = results[(name, api, clients, stream)] = _run(
-                            _load(url, clients, stream, count, limit, api))
-                        cpu1 = _group_cpu(pids.get(name))
-                        if cpu0 is not None and cpu1 is not None and r.count:
-                            r.cpu = (cpu1 - cpu0) / r.count
                 if api == "anthropic":
                     checks.append((f"{name}: raw-text call to an Anthropic client",
                                    _run(_tool_use(url))))
@@ -431,6 +442,8 @@ def bench(engine: Any, quick: bool) -> list[tuple[str, str]]:
     out.insert(0, ("CPUs", f"each proxy on CPU {min(proxy_cpu)} alone; the upstream and the "
                    f"load on {','.join(map(str, sorted(rest)))}" if proxy_cpu and rest else
                    "one CPU: the proxies, the upstream and the load share it"))
+    out.insert(1, ("method", f"each target warmed, then {rounds} interleaved rounds: "
+                   "medians"))
     for (name, api, clients, stream), r in results.items():
         mode = "stream" if stream else "non-stream"
         label = f"{name} ({api}), {clients:>2} client(s), {mode}"
@@ -446,7 +459,54 @@ def bench(engine: Any, quick: bool) -> list[tuple[str, str]]:
             fig += f"  cpu {_ms(r.cpu)}/req"
         fig += f"  errors {r.errors}/{r.count}"
         out.append((label, fig))
-    return out + checks
+    return out + _ratios(results, direct) + checks
+
+
+# The goals the proxy is held to beside each peer: at least twice its requests/s (16
+# clients) and at most half its added latency (1 client; streams: to the first byte too).
+GOAL_RPS = 2.0
+GOAL_LATENCY = 0.5
+
+
+def _ratios(results: dict[tuple[str, str, int, bool], _Run],
+            direct: dict[tuple[int, bool], _Run]) -> list[tuple[str, str]]:
+    """toolrules serve beside each peer on the same API, against the goals."""
+    out = []
+    for (name, api, clients, stream), peer in results.items():
+        ours = results.get(("toolrules serve", api, clients, stream))
+        if name in ("direct", "toolrules serve") or ours is None:
+            continue
+        mode = "stream" if stream else "non-stream"
+        label = f"toolrules serve / {name} ({api}), {clients:>2} client(s), {mode}"
+        if clients > 1:
+            ratio = ours.rps / peer.rps if peer.rps else float("inf")
+            out.append((label, f"req/s {ratio:.2f}x  (goal >= {GOAL_RPS:g}x: "
+                        f"{'met' if ratio >= GOAL_RPS else 'not met'})"))
+            continue
+        d = direct[(clients, stream)]
+        figs = [("added p50", ours.p50 - d.p50, peer.p50 - d.p50)]
+        if stream and None not in (ours.ttfb50, peer.ttfb50, d.ttfb50):
+            figs.append(("added ttfb", ours.ttfb50 - d.ttfb50,  # type: ignore[operator]
+                         peer.ttfb50 - d.ttfb50))  # type: ignore[operator]
+        for what, mine, theirs in figs:
+            ratio = mine / theirs if theirs > 0 else float("inf")
+            out.append((f"{label}, {what}", f"{_ms(mine)} / {_ms(theirs)} = {ratio:.2f}  "
+                        f"(goal <= {GOAL_LATENCY:g}: "
+                        f"{'met' if ratio <= GOAL_LATENCY else 'not met'})"))
+    return out
+
+
+def _median(runs: list[_Run]) -> _Run:
+    """Each figure's median over the rounds (errors and counts: summed)."""
+    def mid(values: list[float | None]) -> float | None:
+        got = [v for v in values if v is not None]
+        return statistics.median(got) if got else None
+
+    return _Run(rps=statistics.median(r.rps for r in runs),
+                p50=statistics.median(r.p50 for r in runs),
+                p99=statistics.median(r.p99 for r in runs),
+                ttfb50=mid([r.ttfb50 for r in runs]), errors=sum(r.errors for r in runs),
+                count=sum(r.count for r in runs), cpu=mid([r.cpu for r in runs]))
 
 
 def _scraped(url: str) -> str:

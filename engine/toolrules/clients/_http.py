@@ -97,12 +97,18 @@ class _Secret:
         return text.replace(self.value, "***") if self.value and text else text
 
 
+_HTTPX: list[Any] = []
+
+
 def _import_httpx() -> Any:
+    if _HTTPX:  # imported once: every request asks
+        return _HTTPX[0]
     try:
         import httpx
     except ImportError:
         raise ImportError("toolrules.connect needs httpx: pip install 'toolrules[clients]'") \
             from None
+    _HTTPX.append(httpx)
     return httpx
 
 
@@ -221,13 +227,20 @@ class HttpModel:
             raise self._fail(f"{what} is not JSON: {snippet!r}",
                              code=ToolErrorCode.EXECUTION) from None
 
+    def __copy__(self) -> HttpModel:
+        # copy.copy's shallow copy, without its generic machinery (a proxy's route takes
+        # one view of its client per request)
+        view = object.__new__(type(self))
+        view.__dict__.update(self.__dict__)
+        return view
+
     def _client(self) -> Any:
         """One connection pool per event loop (pools cannot cross loops)."""
-        httpx = _import_httpx()
         loop = asyncio.get_running_loop()
         entry = self._clients.get(id(loop))
         if entry is not None and entry[0]() is loop:
             return entry[1]
+        httpx = _import_httpx()
         client: Any
         if self._fast:
             from ._fasthttp import FastClient

@@ -20,6 +20,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from .._jsonutil import dumps_compact
 from .._types import Message
 from ..chat_template._prefix import around, common_prefix
 
@@ -80,8 +81,8 @@ def prompt_image(body: Mapping[str, Any], messages_path: str, tools_path: str,
             return ""
     tools = get_path(body, tools_path)
     messages = get_path(body, messages_path) or []
-    lines = [json.dumps(tools, ensure_ascii=False)] if tools else []
-    lines.extend(json.dumps(m, ensure_ascii=False) for m in messages)
+    lines = [dumps_compact(tools)] if tools else []
+    lines.extend(dumps_compact(m) for m in messages)
     return "\n".join(lines)
 
 

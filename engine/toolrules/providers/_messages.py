@@ -20,6 +20,7 @@ from typing import Any
 
 from .._errors import (
     CapabilityError,
+    InputTooLargeError,
     ParseError,
     SchemaError,
     UnknownRuleError,
@@ -54,8 +55,8 @@ _NAME_SENTINEL = "\x00toolrules-name\x00"
 
 def coerce_body(body: Any, limit: int = MAX_BODY_BYTES, what: str = "body") -> Any:
     """A body as plain JSON data: a dict/list, an SDK object (model_dump), or JSON text."""
-    from .._errors import InputTooLargeError
-
+    if type(body) is dict:  # the common case, first
+        return body
     if hasattr(body, "model_dump"):
         try:
             return body.model_dump(mode="json", by_alias=True, exclude_none=True)

@@ -24,10 +24,40 @@ from .._errors import (
 )
 from .._types import Message, ParsedResponse, Tool, ToolCall, coerce_tools
 from ..rules._part import Part
+from ._front import (
+    compile_front,
+    fold_signature,
+    signature_in_id,
+    unfold_signature,
+    usage_view,
+    wire_call_id,
+)
+from ._messages import (
+    WireTools,
+    choice_value,
+    coerce_body,
+    coerce_message,
+    coerce_messages,
+    content_parts,
+    content_text,
+    decode_call,
+    derived_id,
+    describe_part,
+    locate_parts,
+    normalize_choice,
+    prepare_history,
+    read_choice,
+    read_history,
+    read_wire_message,
+    refuse_tools,
+    wire_name,
+    write_messages,
+)
+from ._rules import MESSAGE_TRANSFORMS, Expr, compile_provider, get_path, prune, set_path
+from ._stream import ProviderStream, finish_call, merge_calls
 
-if TYPE_CHECKING:  # the interpreter modules load on first use: `import toolrules` stays cheap
+if TYPE_CHECKING:
     from ._front import Front
-    from ._messages import WireTools
     from ._rules import Provider
     from ._transforms import Pipeline, TransformedTool
 
@@ -57,8 +87,6 @@ class ProvidersPart(Part):
         key = str(provider).strip().lower()
         hit = compiled.get(key)
         if hit is None:
-            from ._rules import compile_provider
-
             ids = self.ruleset.ids("provider")
             rule_id = key if key in ids else self._provider_aliases().get(key)
             if rule_id is None:
@@ -127,8 +155,6 @@ class ProvidersPart(Part):
     # ------------------------------------------------------------ tools
 
     def _name_map(self, prov: Provider, tools: Iterable[Tool]) -> dict[str, str]:
-        from ._messages import wire_name
-
         taken: set[str] = set()
         out: dict[str, str] = {}
         for t in tools:
@@ -168,7 +194,6 @@ class ProvidersPart(Part):
                     strategy: tuple[str | None, Pipeline | None]) -> tuple[TransformedTool, str]:
         """(transformed tool, wire tool as JSON text), cached per provider, mode, strategy
         and tool content. JSON text, so no caller can mutate the cache."""
-        from ._rules import prune
 
         try:
             params_key = json.dumps(tool.parameters, ensure_ascii=False)
@@ -204,8 +229,6 @@ class ProvidersPart(Part):
                 for t in tools]
 
     def _wrap(self, prov: Provider, wire: list[Any]) -> Any:
-        from ._rules import prune
-
         if prov.tool_wrap is None:
             return wire
         return prune(prov.tool_wrap(wire), {id(item) for item in wire})
@@ -226,7 +249,6 @@ class ProvidersPart(Part):
                     model: str | None = None) -> Any:
         """The provider's wire value for `choice` (auto, none, required, a tool name), or
         None when the provider is to be sent no tool_choice."""
-        from ._messages import choice_value, normalize_choice, wire_name
 
         prov = self.provider_rules(provider)
         norm = normalize_choice(choice)
@@ -275,15 +297,6 @@ class ProvidersPart(Part):
         message transforms). Every other option is mapped through the provider's
         `request.options` table (max_tokens, temperature, stream ...).
         """
-        from ._messages import (
-            coerce_messages,
-            locate_parts,
-            normalize_choice,
-            prepare_history,
-            wire_name,
-            write_messages,
-        )
-        from ._rules import get_path, set_path
 
         prov = self.provider_rules(provider)
         strict = options.pop("strict", None)
@@ -366,7 +379,6 @@ class ProvidersPart(Part):
     def _check_media(self, msgs: list[Message], model: str | None) -> None:
         """Media the model's rules say it cannot take (capability input_media) are
         refused before anything is sent."""
-        from ._messages import content_parts, describe_part
 
         if model is None or not any(content_parts(m.content) for m in msgs) or \
                 not self.engine.parse_model_id(model).known:
@@ -388,7 +400,6 @@ class ProvidersPart(Part):
                       tools: tuple[Tool, ...], norm: tuple[str, str | None] | None,
                       names: dict[str, str]) -> tuple[tuple[Tool, ...], Any, str | None]:
         """(tools to send, wire tool_choice, emulation prompt) for this model and choice."""
-        from ._messages import choice_value
 
         if not tools:
             return (), None, None
@@ -419,8 +430,6 @@ class ProvidersPart(Part):
                       emulation: str | None) -> list[Message]:
         """System prompts (and an emulation prompt) where the provider wants them; returns
         the messages still to be written as the message list."""
-        from ._messages import content_text
-        from ._rules import prune, set_path
 
         if prov.system_placement == "field":
             systems = [content_text(m.content, f"the {prov.id} system prompt") or ""
@@ -443,9 +452,6 @@ class ProvidersPart(Part):
 
     def _parallel(self, prov: Provider, body: dict[str, Any], parallel: Any,
                   model: str | None) -> None:
-        from ._messages import choice_value
-        from ._rules import get_path, set_path
-
         if not prov.parallel_path:
             return
         want = parallel
@@ -465,7 +471,6 @@ class ProvidersPart(Part):
 
     def tool_result_message(self, result: Any, provider: str) -> Any:
         """A tool result (ToolResult, tool Message or dict) as the provider's message."""
-        from ._messages import coerce_message, prepare_history, wire_name, write_messages
 
         prov = self.provider_rules(provider)
         m = coerce_message(result)
@@ -486,8 +491,6 @@ class ProvidersPart(Part):
         reason) when given; without it, such an entry refuses the request like any other
         (UnsupportedContentError): nothing is left out unseen.
         """
-        from ._messages import coerce_body, read_choice, read_history, refuse_tools
-        from ._rules import get_path, set_path
 
         prov = self.provider_rules(provider)
         data = coerce_body(body, prov.max_bytes, "request body")
@@ -542,8 +545,6 @@ class ProvidersPart(Part):
 
     def _restore_info(self, prov: Provider, tools: Any, model: str | None,
                       strict: Any) -> tuple[WireTools | None, set[str] | None]:
-        from ._messages import WireTools
-
         if tools is None:
             return None, None
         tool_list = coerce_tools(tools)
@@ -602,8 +603,6 @@ class ProvidersPart(Part):
         original schema's shape (undoing strict-mode nulls, flattening, string enums ...),
         and calls to tools not in the list are flagged in `warnings`.
         """
-        from ._messages import coerce_body, decode_call, read_wire_message
-        from ._stream import finish_call, merge_calls
 
         prov = self.provider_rules(provider)
         data = coerce_body(body, prov.max_bytes)
@@ -623,8 +622,6 @@ class ProvidersPart(Part):
                 raise ParseError(f"{prov.id} response: a message is a JSON object, not "
                                  f"{type(wire).__name__}")
             if prov.response_transforms:
-                from ._rules import MESSAGE_TRANSFORMS
-
                 wire = json.loads(json.dumps(wire))
                 for name in prov.response_transforms:
                     wire = MESSAGE_TRANSFORMS[name].run(wire)
@@ -663,7 +660,6 @@ class ProvidersPart(Part):
                         strict: Any = None, ids: str = "random") -> Any:
         """A consumer of the provider's own stream events: `feed(event)` -> chunks,
         `close()` -> the rest, `result` -> the ParsedResponse (same as parse_response)."""
-        from ._stream import ProviderStream
 
         prov = self.provider_rules(provider)
         if not prov.stream_rules:
@@ -681,9 +677,6 @@ class ProvidersPart(Part):
         """A ParsedResponse -> a response body in `provider`'s format (for proxies).
         `usage`: {input_tokens, cached_tokens, output_tokens} for the body's usage fields
         (`usage_view`: input_tokens counts cached tokens too)."""
-        from ._front import fold_signature, signature_in_id, usage_view, wire_call_id
-        from ._messages import coerce_message, derived_id
-        from ._rules import prune
 
         prov = self.provider_rules(provider)
         if isinstance(parsed, dict):
@@ -766,7 +759,6 @@ class ProvidersPart(Part):
 
     def front(self, provider: str) -> Front:
         """How a proxy serves `provider`'s API to clients (the rule's `serve:` section)."""
-        from ._front import compile_front
 
         prov = self.provider_rules(provider)
         cache: dict[str, Front] = self._cached("provider_fronts", dict)
@@ -782,7 +774,6 @@ class ProvidersPart(Part):
         body). `body` may also be the list of a streamed answer's events: each is read
         with `stream.usage` (default: `response.usage`), later events' counts over
         earlier ones (a last usage chunk, a closing event's totals)."""
-        from ._rules import Expr
 
         prov = self.provider_rules(provider)
         cache: dict[tuple[str, str], Expr | None] = self._cached("provider_usage", dict)
@@ -810,8 +801,6 @@ class ProvidersPart(Part):
 # ---------------------------------------------------------------- helpers
 
 def _folds(prov: Provider) -> bool:
-    from ._front import signature_in_id
-
     return signature_in_id(prov)
 
 
@@ -820,7 +809,6 @@ def _unfold_signatures(msgs: list[Message]) -> list[Message]:
     signature back on the call, the ids as they were."""
     import dataclasses
 
-    from ._front import unfold_signature
 
     out = []
     for m in msgs:
@@ -870,7 +858,6 @@ def _join_text(value: Any) -> str | None:
 def _write_json_output(prov: Provider, body: dict[str, Any], ask: Any) -> None:
     """build_request's `json_output` ({schema, name}) written as the rule's `json_output:`
     section says (body path -> expression over {schema, name}; a null value is left out)."""
-    from ._rules import Expr, set_path
 
     table = prov.data.get("json_output")
     if not isinstance(table, dict) or not table:

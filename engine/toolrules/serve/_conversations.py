@@ -23,6 +23,7 @@ from typing import Any
 from .._jsonutil import dumps_compact
 from .._types import Message
 from ..chat_template._prefix import around, common_prefix
+from ..providers._rules import get_path
 
 __all__ = ["Conversations", "PrefixBreak", "PrefixSeen", "prompt_image"]
 
@@ -70,8 +71,6 @@ def prompt_image(body: Mapping[str, Any], messages_path: str, tools_path: str,
     """The prompt a server renders for `body`: the template rendered as servers render it
     (`template`: its source; a template that does not render stands for no prompt, ""),
     else the request's tools and messages, each as one JSON line."""
-    from ..providers._rules import get_path
-
     if template is not None:
         from ..chat_template._render import TemplateRaised, render_request
 

@@ -17,7 +17,7 @@ import toolrules
 HEAVY = ("asyncio", "concurrent.futures", "ssl", "httpx", "jsonschema", "jinja2",
          "llama_cpp", "starlette", "uvicorn", "pydantic", "lark", "cerberus", "jmespath",
          "click", "rich", "yaml", "plotly", "prompt_toolkit", "prometheus_client",
-         "opentelemetry")
+         "opentelemetry", "orjson")
 # toolrules' own subpackages that `import toolrules` and `load()` must not reach
 LAZY_PACKAGES = ("runtime", "clients", "serve", "evals", "calls", "dialects", "emulation",
                  "providers", "models", "cli", "golden", "bench")

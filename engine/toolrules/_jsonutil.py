@@ -6,24 +6,41 @@ standard library's results and errors either way."""
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Mapping
 from typing import Any
 
 __all__ = ["decode_object", "dumps_compact", "json_type", "loads", "resolve_pointer"]
 
-try:
-    import orjson as _orjson
-except ImportError:  # pragma: no cover - the serve extra installs it
-    _orjson = None
+# orjson, imported on first use (`import toolrules` stays cheap); False: not installed
+_ORJSON: Any = None
+
+
+def _orjson() -> Any:
+    global _ORJSON
+    try:
+        import orjson
+    except ImportError:  # pragma: no cover - the serve extra installs it
+        _ORJSON = False
+    else:
+        _ORJSON = orjson
+    return _ORJSON
+
+
+# 19 digits in a row may be an integer past 64 bits, which orjson reads as a float
+_LONG_DIGITS = re.compile(r"\d{19}")
+_LONG_DIGITS_B = re.compile(rb"\d{19}")
 
 
 def loads(data: str | bytes | bytearray) -> Any:
     """`json.loads(data)`: the same values, and the same ValueError for what is not JSON
-    (orjson reads it first; what orjson refuses - NaN, huge integers, other encodings -
-    is read, or refused, by the standard library)."""
-    if _orjson is not None:
+    (orjson reads it first; what orjson refuses - NaN, other encodings - and text with a
+    number of 19 digits or more, which it would round, go to the standard library)."""
+    fast = _ORJSON if _ORJSON is not None else _orjson()
+    if fast and (_LONG_DIGITS if isinstance(data, str) else _LONG_DIGITS_B).search(data) \
+            is None:
         try:
-            return _orjson.loads(data)
+            return fast.loads(data)
         except ValueError:
             pass
     return json.loads(data)
@@ -34,10 +51,10 @@ def dumps_compact(value: Any) -> str:
     JSON, though a number may be spelled differently (`1e-05` as `0.00001`) and NaN or
     Infinity is written null; what orjson cannot write (integer keys, huge integers) is
     written by the standard library."""
-    if _orjson is not None:
+    fast = _ORJSON if _ORJSON is not None else _orjson()
+    if fast and (type(value) is dict or type(value) is list):
         try:
-            if type(value) is dict or type(value) is list:
-                return _orjson.dumps(value).decode()
+            return fast.dumps(value).decode()
         except TypeError:
             pass
     return json.dumps(value, ensure_ascii=False, separators=(",", ":"))

@@ -54,6 +54,10 @@ def access(caplog):
     caplog.set_level(logging.INFO, logger="toolrules.serve.access")
 
     def records() -> list[dict]:
+        from toolrules.serve._app import logged
+
+        # a line is written just after its answer went out: the answered ones first
+        assert logged(10.0), "an answered request did not write its access-log line"
         return [json.loads(r.getMessage()) for r in caplog.records
                 if r.name == "toolrules.serve.access"]
     return records

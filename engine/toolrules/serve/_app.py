@@ -262,8 +262,9 @@ class ServeApp:
             else:
                 with parse_clock() as clock:  # the parse time, for the metrics
                     response = await self._handle(request, front, streamed, clock, after)
-        if after:  # logged and counted once the answer went out
-            response.background = _After(after[0])
+        if after:  # logged and counted once the answer went out (or failed to)
+            _UNLOGGED[0] += 1
+            return _Then(response, after[0])
         return response
 
     async def _handle(self, request: Any, front: Any, streamed: bool = False,
@@ -517,6 +518,7 @@ class ServeApp:
                 parsed, front.provider, model=requested, response_id=rid, usage=usage),
             response_id=rid, model=requested, request=body,
             usage={"input_tokens": input_tokens})
+        _UNLOGGED[0] += 1  # until its log line is written, when the stream ends
         return _Streamed(functools.partial(
             self._sse, front, ex, events, producer, queue, first, writer, body, input_tokens,
             info, started, trace, headers))
@@ -630,16 +632,19 @@ class ServeApp:
                 with contextlib.suppress(Exception):
                     await send({"type": "http.response.body", "body": b"",
                                 "more_body": False})
-            if not writer.closed:
-                info["disconnected"] = True
-            self._outcome(info, ex)
-            done = time.perf_counter()
-            info["ms"] = round((done - started) * 1000.0, 3)
-            if first_byte is not None:
-                info["first_byte_ms"] = round((first_byte - started) * 1000.0, 3)
-            self._log(info)
-            if self.observed:
-                self._count(info, ex, started, done, first_token, headers)
+            try:
+                if not writer.closed:
+                    info["disconnected"] = True
+                self._outcome(info, ex)
+                done = time.perf_counter()
+                info["ms"] = round((done - started) * 1000.0, 3)
+                if first_byte is not None:
+                    info["first_byte_ms"] = round((first_byte - started) * 1000.0, 3)
+                self._log(info)
+                if self.observed:
+                    self._count(info, ex, started, done, first_token, headers)
+            finally:
+                _UNLOGGED[0] -= 1
 
     # ------------------------------------------------------------ the other endpoints
 
@@ -833,16 +838,43 @@ def _new_id() -> str:
     return f"{random.getrandbits(96):024x}"
 
 
-class _After:
-    """A response's `background`: `fn` called once the response's last byte is sent."""
+# Requests answered whose access-log line is not written yet (it is written once the
+# answer went out): `logged()` waits for them.
+_UNLOGGED = [0]
 
-    __slots__ = ("_fn",)
 
-    def __init__(self, fn: Callable[[], None]):
+def logged(timeout: float = 5.0) -> bool:
+    """Wait (up to `timeout` s) until every request this process answered has written its
+    access-log line; true when none is left. For tests and tools that read the log right
+    after an answer: the line is written just after the answer's last byte."""
+    deadline = time.monotonic() + timeout
+    while _UNLOGGED[0] > 0:
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(0.001)
+    return True
+
+
+class _Then:
+    """An answer, then `fn` (its log line and metrics) once it was sent - or failed to be."""
+
+    __slots__ = ("_fn", "_response")
+
+    def __init__(self, response: Any, fn: Callable[[], None]):
+        self._response = response
         self._fn = fn
 
-    async def __call__(self) -> None:
-        self._fn()
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        try:
+            await self._response(scope, receive, send)
+        finally:
+            try:
+                self._fn()
+            finally:
+                _UNLOGGED[0] -= 1
+
+    def __getattr__(self, name: str) -> Any:  # status_code, headers, body ...
+        return getattr(self._response, name)
 
 
 class _Streamed:

@@ -92,8 +92,11 @@ def run(settings: ServeSettings, *, host: str = "127.0.0.1", port: int = 8080, w
     _logging(log_level)
     fast = {"loop": "uvloop" if importlib.util.find_spec("uvloop") else "asyncio",
             "http": "httptools" if importlib.util.find_spec("httptools") else "h11"}
+    # proxy_headers off: nothing here reads the client's address (X-Forwarded-For would
+    # only be parsed for it, on every request)
     common = dict(host=host, port=port, access_log=False, log_level=log_level,
-                  timeout_graceful_shutdown=int(graceful_timeout), server_header=False, **fast)
+                  timeout_graceful_shutdown=int(graceful_timeout), server_header=False,
+                  proxy_headers=False, **fast)
     if workers > 1:
         os.environ[SETTINGS_ENV] = json.dumps({**asdict(settings), "log_level": log_level,
                                                "rules": list(settings.rules)})

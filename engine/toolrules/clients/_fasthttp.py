@@ -56,14 +56,23 @@ class _Request:
     __slots__ = ("content", "headers", "host", "method", "port", "target", "url")
 
     def __init__(self, method: str, url: str, content: bytes, headers: Mapping[str, str]):
-        parts = urlsplit(url)
+        where = _WHERE.get(url)
+        if where is None:  # a client asks the same few URLs again and again
+            parts = urlsplit(url)
+            where = (parts.hostname or "127.0.0.1", parts.port or 80,
+                     (parts.path or "/") + (f"?{parts.query}" if parts.query else ""))
+            if len(_WHERE) >= 256:
+                _WHERE.clear()
+            _WHERE[url] = where
         self.method = method
         self.url = url
-        self.host = parts.hostname or "127.0.0.1"
-        self.port = parts.port or 80
-        self.target = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
+        self.host, self.port, self.target = where
         self.content = content
         self.headers = headers
+
+
+# host, port and request target by URL
+_WHERE: dict[str, tuple[str, int, str]] = {}
 
 
 class _Conn:

@@ -686,9 +686,11 @@ class ProvidersPart(Part):
                                     finish_reason=parsed.get("finish_reason"))
         if not isinstance(parsed, ParsedResponse):
             raise ParseError(f"build_response takes a ParsedResponse, not {type(parsed).__name__}")
-        seed = json.dumps([parsed.content, parsed.reasoning_content,
-                           [[c.id, c.name, c.arguments] for c in parsed.tool_calls]],
-                          sort_keys=True, default=str)
+        # what ids are derived from, when the caller gave none (a response id, a call's)
+        seed = "" if response_id and all(c.id is not None for c in parsed.tool_calls) else \
+            json.dumps([parsed.content, parsed.reasoning_content,
+                        [[c.id, c.name, c.arguments] for c in parsed.tool_calls]],
+                       sort_keys=True, default=str)
         opaque: set[int] = set()
         calls = []
         rid = response_id or derived_id(seed, prov.id_prefix, len(prov.id_prefix) + 24)

@@ -114,12 +114,16 @@ class HttpRules:
             environ: Mapping[str, str] | None = None) -> str:
         """The full request URL without the key (auth is added by the client)."""
         path = self.stream_path if stream and self.stream_path else self.path
-        values = {"model": quote(model or "", safe=""), "region": self.region(environ) or ""}
-        if "{model}" in path and not model:
-            raise CapabilityError(f"provider {self.provider!r} needs a model for its URL")
-        path = _PLACEHOLDER.sub(lambda m: values.get(m.group(1), m.group(0)), path)
+        if "{" in path:  # placeholders: the model, the region
+            if "{model}" in path and not model:
+                raise CapabilityError(f"provider {self.provider!r} needs a model for its URL")
+            values = {"model": quote(model or "", safe=""),
+                      "region": self.region(environ) or ""}
+            path = _PLACEHOLDER.sub(lambda m: values.get(m.group(1), m.group(0)), path)
         if path and not path.startswith("/"):
             path = "/" + path
+        if not self.query and not (stream and self.stream_query):
+            return base + path
         query = dict(self.query)
         if stream:
             query.update(self.stream_query)

@@ -24,6 +24,7 @@ import time
 from collections.abc import AsyncGenerator, AsyncIterator, Callable, Iterable, Mapping
 from dataclasses import asdict
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any
 
 from .._errors import ParseTimeoutError, ToolrulesError, UnsupportedContentError
@@ -280,12 +281,13 @@ class ServeApp:
                                 "front": front.provider}
         stream = False
         try:
-            if not self._authorized(front, request.headers, request.query_params):
+            query = request.query_params if request.scope.get("query_string") else _NO_QUERY
+            if not self._authorized(front, request.headers, query):
                 raise _Reject(401, "invalid or missing API key")
             body = await self._body(request)
             # a stream endpoint (`serve.stream_path`) streams every answer
             stream = streamed or front.wants_stream(body)
-            if streamed and (problem := front.stream_query_problem(request.query_params)):
+            if streamed and (problem := front.stream_query_problem(query)):
                 raise _Reject(400, problem)
             info["stream"] = stream
             requested = front.requested_model(body, request.path_params)
@@ -355,7 +357,8 @@ class ServeApp:
             # the upstream's own counts where it reported them, else estimates
             usage = {**self._usage(body, parsed, front), **(ex.outcome.usage or {})}
             out = self.engine.build_response(parsed, front.provider, model=requested,
-                                             usage=usage)
+                                             usage=usage,
+                                             response_id=front.prov.id_prefix + _new_id())
             answered = ex  # its outcome is written with the log line
             info["status"] = 200
             return Response(dumps_compact(out), media_type="application/json")
@@ -829,6 +832,7 @@ class _Direct:
         return getattr(self.app, name)
 
 
+_NO_QUERY: Mapping[str, str] = MappingProxyType({})  # a request without a query string
 _SSE_HEADERS = [(b"content-type", b"text/event-stream; charset=utf-8"),
                 (b"cache-control", b"no-cache"), (b"x-accel-buffering", b"no")]
 

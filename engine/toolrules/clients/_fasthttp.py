@@ -1,16 +1,20 @@
-"""A small HTTP/1.1 client on asyncio streams, for plain-http upstreams on a hot path.
+"""A small HTTP/1.1 client on an asyncio protocol and httptools' parser, for plain-http
+upstreams on a hot path.
 
 `HttpModel(..., fast=True)` uses it for `http://` base URLs when no proxy variable
-applies (a proxy in front of a model server on the same host or network); everything
-else goes through httpx. It speaks what model servers answer - Content-Length and
-chunked bodies, keep-alive - with a pool of idle connections per address, a timeout
-per connect and per read, and one retry on a fresh connection when a pooled one turns
-out closed before any byte of the answer arrived (servers drop idle keep-alive
-connections). It presents the part of httpx's interface the client uses and raises
-httpx's exception types, so `HttpModel`'s retries and error mapping apply unchanged.
+applies (a proxy in front of a model server on the same host or network) and httptools
+is installed (the serve extra); everything else goes through httpx. It speaks what model
+servers answer - Content-Length, chunked and until-close bodies, keep-alive - with a
+pool of idle connections per address, a timeout per connect and per wait for data, and
+one retry on a fresh connection when a pooled one turns out closed before any byte of
+the answer arrived (servers drop idle keep-alive connections). It presents the part of
+httpx's interface the client uses and raises httpx's exception types, so `HttpModel`'s
+retries and error mapping apply unchanged.
 
 Why: a proxy pays the upstream hop on every request; httpx costs several times the
-CPU of the exchange itself (see `toolrules bench serve`).
+CPU of the exchange itself, and even asyncio's streams a good part of it: here the bytes
+go from the socket to the parser to the caller with no reader in between, and a stream
+gives its caller whatever arrived in one piece (see `toolrules bench serve`).
 """
 
 from __future__ import annotations
@@ -25,11 +29,15 @@ __all__ = ["FastClient", "usable"]
 
 _MAX_HEADER = 64 << 10
 _MAX_IDLE = 64
-_READ = 64 << 10
 
 
 def usable(url: str) -> bool:
-    """Can the fast client reach `url`: plain http, no proxy variable for its host."""
+    """Can the fast client reach `url`: plain http, no proxy variable for its host (and
+    httptools installed)."""
+    import importlib.util
+
+    if importlib.util.find_spec("httptools") is None:
+        return False
     parts = urlsplit(url)
     if parts.scheme != "http" or not parts.hostname:
         return False
@@ -75,61 +83,132 @@ class _Request:
 _WHERE: dict[str, tuple[str, int, str]] = {}
 
 
-class _Conn:
-    __slots__ = ("reader", "reused", "writer")
+class _Conn(asyncio.Protocol):
+    """One connection: the transport, httptools' response parser, and the answer being
+    read (its head, the body pieces not taken yet, whether it is complete)."""
 
-    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter):
-        self.reader = reader
-        self.writer = writer
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        import httptools
+
+        self.loop = loop
+        self.transport: Any = None
+        self.parser = httptools.HttpResponseParser(self)
+        self.parse_error: Any = httptools.HttpParserError
+        self.closed = False
         self.reused = False
+        self.waiter: asyncio.Future[None] | None = None
+        self.error: str | None = None
+        self._start(False)
+
+    def _start(self, head_only: bool) -> None:
+        """Ready for the next answer (`head_only`: to a HEAD request, no body)."""
+        self.head_only = head_only
+        self.status = 0
+        self.headers = _Headers()
+        self.head = False        # the status line and headers were read
+        self.complete = False    # the whole answer was read
+        self.keep = False
+        self.got = 0             # bytes of this answer so far
+        self.pieces: list[bytes] = []
+
+    # -------------------------------------------------- asyncio.Protocol
+
+    def connection_made(self, transport: Any) -> None:
+        self.transport = transport
+
+    def data_received(self, data: bytes) -> None:
+        self.got += len(data)
+        try:
+            self.parser.feed_data(data)
+        except self.parse_error as exc:
+            self.error = f"not a valid HTTP answer: {exc}"
+        if not self.head and self.got > _MAX_HEADER and self.error is None:
+            self.error = "the answer's headers are too large"
+        if self.error is not None:
+            self.transport.close()
+        self._wake()
+
+    def eof_received(self) -> bool:
+        self.closed = True
+        self._wake()
+        return False
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.closed = True
+        self._wake()
+
+    # -------------------------------------------------- httptools callbacks
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        key = name.decode("latin-1").lower()
+        text = value.decode("latin-1").strip()
+        self.headers[key] = f"{self.headers[key]}, {text}" if key in self.headers else text
+
+    def on_headers_complete(self) -> None:
+        self.status = self.parser.get_status_code()
+        self.keep = self.parser.should_keep_alive()
+        self.head = True
+        if self.head_only:  # the parser would wait for the body the headers announce:
+            self.keep = False  # this connection is not used again
+            self.complete = True
+        elif self.status in (204, 304) or 100 <= self.status < 200:
+            self.complete = True
+
+    def on_body(self, body: bytes) -> None:
+        self.pieces.append(body)
+
+    def on_message_complete(self) -> None:
+        self.complete = True
+
+    # -------------------------------------------------- waiting
+
+    def _wake(self) -> None:
+        waiter = self.waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+
+    async def wait(self, timeout: float | None) -> None:
+        """Until more arrives, the connection ends, or `timeout` s pass (TimeoutError)."""
+        waiter = self.waiter = self.loop.create_future()
+        timer = self.loop.call_later(timeout, _expire, waiter) if timeout else None
+        try:
+            await waiter
+        finally:
+            self.waiter = None
+            if timer is not None:
+                timer.cancel()
 
     def usable(self) -> bool:
-        return not self.reader.at_eof() and not self.writer.is_closing()
+        return not self.closed and self.error is None and not self.transport.is_closing()
 
     def close(self) -> None:
-        self.writer.close()
+        self.closed = True
+        if self.transport is not None:
+            self.transport.close()
+
+
+def _expire(waiter: asyncio.Future[None]) -> None:
+    if not waiter.done():
+        waiter.set_exception(TimeoutError())
 
 
 class FastResponse:
     """The answer: status, headers, and the body (read whole, or iterated)."""
 
-    def __init__(self, client: FastClient, conn: _Conn, request: _Request, status: int,
-                 headers: _Headers, keep: bool):
+    def __init__(self, client: FastClient, conn: _Conn, request: _Request):
         self._client = client
         self._conn: _Conn | None = conn
         self._request = request
-        self.status_code = status
-        self.headers = headers
-        self._keep = keep
+        self.status_code = conn.status
+        self.headers = conn.headers
         self.content = b""
-        te = headers.get("transfer-encoding", "")
-        self._chunked = "chunked" in te.lower()
-        length = headers.get("content-length")
-        self._length = int(length) if length and length.strip().isdigit() else None
-        if request.method == "HEAD" or status in (204, 304) or 100 <= status < 200:
-            self._length, self._chunked = 0, False
-        if not self._chunked and self._length is None:
-            self._keep = False  # the body ends when the server closes
+        # a body that ends when the server closes cannot be followed by another answer
+        self._until_close = ("content-length" not in conn.headers and
+                             "chunked" not in conn.headers.get("transfer-encoding", "").lower())
 
     @property
     def is_success(self) -> bool:
         return 200 <= self.status_code < 300
-
-    async def _read(self, coro: Any) -> Any:
-        httpx = _httpx()
-        try:
-            async with asyncio.timeout(self._client.read_timeout):
-                return await coro
-        except TimeoutError:
-            self._drop()
-            raise httpx.ReadTimeout("timed out reading the answer") from None
-        except asyncio.IncompleteReadError:
-            self._drop()
-            raise httpx.RemoteProtocolError("the server closed the connection in the middle "
-                                            "of the answer") from None
-        except (ConnectionError, OSError) as exc:
-            self._drop()
-            raise httpx.ReadError(str(exc) or type(exc).__name__) from None
 
     def _drop(self) -> None:
         if self._conn is not None:
@@ -137,90 +216,40 @@ class FastResponse:
             self._conn = None
 
     async def aiter_bytes(self) -> AsyncIterator[bytes]:
+        """The body as it arrives: whatever arrived together, in one piece."""
         conn = self._conn
         if conn is None:
             return
-        reader = conn.reader
-        if self._chunked:
-            async for data in self._chunks(reader):
-                yield data
-        elif self._length is not None:
-            left = self._length
-            while left > 0:
-                data = await self._read(reader.read(min(left, _READ)))
-                if not data:
-                    self._drop()
-                    raise _httpx().RemoteProtocolError("the server closed the connection "
-                                                       "before the whole body arrived")
-                left -= len(data)
-                yield data
-        else:
-            while True:
-                data = await self._read(reader.read(_READ))
-                if not data:
-                    break
-                yield data
-        self._release()
-
-    async def _chunks(self, reader: asyncio.StreamReader) -> AsyncIterator[bytes]:
-        """A chunked body's data: every chunk that arrived in one read is decoded from the
-        buffer and given as one piece (one await per read, not per chunk line)."""
-        buf = bytearray()
-        pos = 0
-        trailers = False  # the last chunk was read: trailer lines up to an empty one
+        httpx = _httpx()
         while True:
-            parts: list[bytes] = []
-            while True:
-                nl = buf.find(b"\r\n", pos)
-                if nl < 0:
-                    if len(buf) - pos > _MAX_HEADER:
-                        self._drop()
-                        raise _httpx().RemoteProtocolError("a chunk-size or trailer line "
-                                                           "is too long")
-                    break
-                if trailers:
-                    empty = nl == pos
-                    pos = nl + 2
-                    if empty:
-                        if parts:
-                            yield b"".join(parts)
-                        if pos < len(buf):  # bytes after the answer: not reusable
-                            self._keep = False
-                        return
-                    continue
-                try:
-                    size = int(buf[pos:nl].split(b";", 1)[0].strip() or b"0", 16)
-                except ValueError:
-                    self._drop()
-                    raise _httpx().RemoteProtocolError(
-                        f"a bad chunk-size line: {buf[pos:nl][:40]!r}") from None
-                if size == 0:
-                    trailers, pos = True, nl + 2
-                    continue
-                end = nl + 2 + size
-                if len(buf) < end + 2:
-                    break
-                parts.append(bytes(buf[nl + 2:end]))
-                pos = end + 2
-            if parts:
-                yield parts[0] if len(parts) == 1 else b"".join(parts)
-            data = await self._read(reader.read(_READ))
-            if not data:
+            if conn.pieces:
+                pieces = conn.pieces
+                conn.pieces = []
+                yield pieces[0] if len(pieces) == 1 else b"".join(pieces)
+                continue
+            if conn.complete:
+                break
+            if conn.error is not None:
                 self._drop()
-                raise _httpx().RemoteProtocolError("the server closed the connection in the "
-                                                   "middle of the answer")
-            if pos:
-                del buf[:pos]  # what was decoded (the rest waits for its end)
-                pos = 0
-            buf += data
+                raise httpx.RemoteProtocolError(conn.error)
+            if conn.closed:
+                if self._until_close:
+                    break  # the body ends when the server closes
+                self._drop()
+                raise httpx.RemoteProtocolError("the server closed the connection in the "
+                                                "middle of the answer")
+            try:
+                await conn.wait(self._client.read_timeout)
+            except TimeoutError:
+                self._drop()
+                raise httpx.ReadTimeout("timed out reading the answer") from None
+            except asyncio.CancelledError:
+                self._drop()
+                raise
+        self._release()
 
     async def aread(self) -> bytes:
         if self._conn is None:
-            return self.content
-        if self._length is not None and not self._chunked:
-            self.content = await self._read(self._conn.reader.readexactly(self._length)) \
-                if self._length else b""
-            self._release()
             return self.content
         self.content = b"".join([part async for part in self.aiter_bytes()])
         return self.content
@@ -228,7 +257,8 @@ class FastResponse:
     def _release(self) -> None:
         conn, self._conn = self._conn, None
         if conn is not None:
-            self._client._give_back(self._request, conn, self._keep)
+            self._client._give_back(self._request, conn,
+                                    conn.keep and not self._until_close)
 
     async def aclose(self) -> None:
         self._drop()  # an answer not read to its end leaves the connection unusable
@@ -250,16 +280,17 @@ class FastClient:
 
     async def _connect(self, request: _Request) -> _Conn:
         httpx = _httpx()
+        loop = asyncio.get_running_loop()
         try:
             async with asyncio.timeout(self.connect_timeout):
-                reader, writer = await asyncio.open_connection(request.host, request.port,
-                                                               limit=_MAX_HEADER)
+                _transport, conn = await loop.create_connection(
+                    lambda: _Conn(loop), request.host, request.port)
         except TimeoutError:
             raise httpx.ConnectTimeout(f"connecting to {request.host}:{request.port} "
                                        "timed out") from None
         except OSError as exc:
             raise httpx.ConnectError(str(exc) or type(exc).__name__) from None
-        return _Conn(reader, writer)
+        return conn
 
     def _take(self, request: _Request) -> _Conn | None:
         pool = self._idle.get((request.host, request.port))
@@ -295,48 +326,32 @@ class FastClient:
         payload = self._head(request) + request.content
         for _attempt in range(2):
             conn = self._take(request) or await self._connect(request)
+            conn._start(request.method == "HEAD")
+            conn.transport.write(payload)
             try:
-                conn.writer.write(payload)
-                async with asyncio.timeout(self.read_timeout):
-                    head = await conn.reader.readuntil(b"\r\n\r\n")
+                while not conn.head:
+                    if conn.error is not None:
+                        conn.close()
+                        raise httpx.RemoteProtocolError(conn.error)
+                    if conn.closed:
+                        break
+                    await conn.wait(self.read_timeout)
             except TimeoutError:
                 conn.close()
                 raise httpx.ReadTimeout("timed out waiting for the answer") from None
-            except (asyncio.IncompleteReadError, ConnectionError, OSError) as exc:
-                conn.close()
-                if conn.reused:  # a pooled connection the server had closed: once more
-                    continue
-                if isinstance(exc, asyncio.IncompleteReadError):
-                    raise httpx.RemoteProtocolError("the server closed the connection "
-                                                    "without answering") from None
-                raise httpx.ReadError(str(exc) or type(exc).__name__) from None
-            except asyncio.LimitOverrunError:
-                conn.close()
-                raise httpx.RemoteProtocolError("the answer's headers are too large") from None
             except asyncio.CancelledError:  # the caller gave up (its own deadline)
                 conn.close()
                 raise
-            break
+            if conn.head:
+                break
+            conn.close()
+            if conn.reused and conn.got == 0:  # a pooled connection the server had closed
+                continue
+            raise httpx.RemoteProtocolError("the server closed the connection without "
+                                            "answering")
         else:  # pragma: no cover - the loop always breaks or raises
             raise httpx.ReadError("no connection")
-        status_line, _, head = head.partition(b"\r\n")
-        try:
-            version, status_text = status_line.decode("latin-1").split(" ", 1)
-            status = int(status_text.split(" ", 1)[0])
-        except ValueError:
-            conn.close()
-            raise httpx.RemoteProtocolError(f"not an HTTP answer: {status_line[:80]!r}") \
-                from None
-        headers = _Headers()
-        for line in head.decode("latin-1").split("\r\n"):
-            if ":" in line:
-                name, _, value = line.partition(":")
-                key = name.strip().lower()
-                value = value.strip()
-                headers[key] = f"{headers[key]}, {value}" if key in headers else value
-        connection = headers.get("connection", "").lower()
-        keep = "close" not in connection and (version != "HTTP/1.0" or "keep-alive" in connection)
-        response = FastResponse(self, conn, request, status, headers, keep)
+        response = FastResponse(self, conn, request)
         if not stream:
             await response.aread()
         return response

@@ -12,6 +12,8 @@ import textwrap
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import toolrules
 
@@ -146,6 +148,28 @@ def test_conversations_that_share_their_opening_are_kept_apart():
                                           Message("user", "more")], [])
     assert (t1.conversation, t1.share) == (s1.conversation, 1.0)
     assert (t2.conversation, t2.share) == (s2.conversation, 1.0)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 3), st.integers(0, 4), st.integers(0, 30)),
+                min_size=1, max_size=40))
+def test_each_key_finds_its_own_conversations_among_many(steps):
+    """Each key's conversations are found among its own few (not by walking every one
+    kept), in recency order, within the memory bound - whatever the sequence."""
+    from toolrules._types import Message
+
+    conv = Conversations(max_chars=120)
+    for key, turn, size in steps:
+        msgs = [Message("user", f"open {key}")]
+        for i in range(turn):
+            msgs += [Message("assistant", f"a{i}"), Message("user", f"u{i}")]
+        conv.observe(bytes([key]) * 16, f"{key}:" + "x" * (size + 2 * turn), msgs, [])
+        assert conv._chars == sum(len(v.image) for v in conv._last.values()) <= 120
+        kept = [slot for slot in conv._last]
+        assert sorted(s for slots in conv._slots.values() for s in slots) == sorted(kept)
+        for cid, slots in conv._slots.items():  # oldest first, as kept
+            assert slots == [s for s in kept if s[0] == cid]
+            assert 0 < len(slots) <= conv._PER_KEY
 
 
 def test_prefix_memory_zero_turns_the_measure_off(engine, access, tmp_path):

@@ -100,17 +100,26 @@ class Conversations:
     def __init__(self, max_chars: int):
         self.max_chars = max_chars
         self._last: OrderedDict[tuple[str, int], _Last] = OrderedDict()
+        # each key's slots, oldest first (a request looks only at its own key's few)
+        self._slots: dict[str, list[tuple[str, int]]] = {}
         self._serial: dict[str, int] = {}
         self._chars = 0
+
+    def _pop(self, slot: tuple[str, int]) -> _Last:
+        last = self._last.pop(slot)
+        self._chars -= len(last.image)
+        slots = self._slots[slot[0]]
+        slots.remove(slot)
+        if not slots:
+            del self._slots[slot[0]]
+        return last
 
     def _match(self, cid: str, client: tuple[str, ...], lead: int) -> tuple[str, int] | None:
         """The conversation under `cid` this request continues: the one whose client
         messages it repeats the furthest - all of them, or past its first answer (`lead`:
         the messages before it)."""
         best, best_n = None, lead
-        for slot in reversed(self._last):  # the most recent first
-            if slot[0] != cid:
-                continue
+        for slot in reversed(self._slots.get(cid, ())):  # the most recent first
             prior = self._last[slot].client
             n = 0
             while n < len(prior) and n < len(client) and prior[n] == client[n]:
@@ -129,16 +138,14 @@ class Conversations:
         done = tuple(sorted(json.dumps(r, sort_keys=True, default=str) for r in rewrites))
         lead = next((i for i, m in enumerate(messages) if m.role == "assistant"), None)
         slot = self._match(cid, client, lead) if lead is not None else None
-        last = self._last.pop(slot) if slot is not None else None
-        if last is not None:
-            self._chars -= len(last.image)
-        else:  # a conversation opens (or one whose last prompt is not at hand)
+        last = self._pop(slot) if slot is not None else None
+        if last is None:  # a conversation opens (or one whose last prompt is not at hand)
             serial = self._serial.get(cid, 0) + 1
             self._serial[cid] = serial
             slot = (cid, serial)
-            same = [k for k in self._last if k[0] == cid]
+            same = list(self._slots.get(cid, ()))
             for old in same[:max(0, len(same) + 1 - self._PER_KEY)]:
-                self._chars -= len(self._last.pop(old).image)
+                self._pop(old)
         assert slot is not None
         name = cid if slot[1] == 1 else f"{cid}-{slot[1]}"
         logged = last.logged if last is not None else False
@@ -160,10 +167,10 @@ class Conversations:
                             broke.new, broke.cause)
         if self.max_chars > 0 and len(image) <= self.max_chars:
             self._last[slot] = _Last(image, client, done, logged)
+            self._slots.setdefault(cid, []).append(slot)
             self._chars += len(image)
             while self._chars > self.max_chars and self._last:
-                _gone, oldest = self._last.popitem(last=False)
-                self._chars -= len(oldest.image)
+                self._pop(next(iter(self._last)))  # the least recent
         return seen
 
     @staticmethod

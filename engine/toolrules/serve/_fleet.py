@@ -29,12 +29,11 @@ import asyncio
 import contextlib
 import copy
 import hashlib
-import json
 import logging
 import math
 import os
 from collections.abc import AsyncIterator, Sequence
-from dataclasses import asdict, dataclass, is_dataclass
+from dataclasses import dataclass
 from typing import Any
 
 from .._types import Message, ParsedResponse, StreamChunk
@@ -59,14 +58,6 @@ class UpstreamState:
     """Requests this worker has sent it that have not ended yet."""
 
 
-def _plain(value: Any) -> Any:
-    if is_dataclass(value) and not isinstance(value, type):
-        return asdict(value)
-    if isinstance(value, bytes):
-        return value.hex()
-    return str(value)
-
-
 def affinity_key(messages: Sequence[Message]) -> bytes | None:
     """A conversation's key: a hash of its system messages before the first user message
     and that first user message, as the client sent them - what every later turn of the
@@ -80,8 +71,10 @@ def affinity_key(messages: Sequence[Message]) -> bytes | None:
             break
     if not lead:
         return None
-    text = json.dumps(lead, ensure_ascii=False, sort_keys=True, default=_plain)
-    return hashlib.blake2b(text.encode("utf-8"), digest_size=16).digest()
+    # the repr of the texts and parts (dataclasses, the client's dicts in its order): the
+    # same in every worker, several times cheaper than JSON with sorted keys
+    return hashlib.blake2b(repr(lead).encode("utf-8", "backslashreplace"),
+                           digest_size=16).digest()
 
 
 def _score(key: bytes, url: str) -> int:

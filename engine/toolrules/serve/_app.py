@@ -565,7 +565,9 @@ class ServeApp:
                 first_byte = time.perf_counter()
 
         await send({"type": "http.response.start", "status": 200, "headers": _SSE_HEADERS})
-        watcher = asyncio.ensure_future(watch())
+        # the disconnect is watched from the first time the stream waits for the upstream
+        # (a stream whose answer is at hand is written to its end without a watcher)
+        watcher: asyncio.Future[None] | None = None
         try:
             pending.append(writer.start())
             if first is None:  # a slow upstream: the stream starts now, kept alive
@@ -580,6 +582,8 @@ class ServeApp:
                 elif not queue.empty():
                     entry = queue.get_nowait()
                 else:
+                    if watcher is None:
+                        watcher = asyncio.ensure_future(watch())
                     try:
                         async with asyncio.timeout(keep_alive):
                             entry = await queue.get()
@@ -629,7 +633,8 @@ class ServeApp:
             await write(b"".join(pending) + writer.error(500, "the proxy failed; see its log",
                                                          front=front), more=False)
         finally:
-            watcher.cancel()
+            if watcher is not None:
+                watcher.cancel()
             await self._stop(producer, events, trace)
             if not ended:  # cancelled, or the client left: the body is ended all the same
                 with contextlib.suppress(Exception):

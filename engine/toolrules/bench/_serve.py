@@ -349,7 +349,7 @@ def bench(engine: Any, quick: bool) -> list[tuple[str, str]]:
     """Direct vs toolrules serve vs LiteLLM's proxy (OpenAI API) and vs LiteLLM and
     claude-code-router (Anthropic API), each when installed: req/s, added latency, TTFB,
     and whether a raw-text call reaches an Anthropic client as a tool_use block."""
-    if not (_has("starlette") and _has("uvicorn") and _has("httpx")):
+    if not all(_has(m) for m in ("starlette", "uvicorn", "httpx", "httptools")):
         return [("serve", "skipped: pip install 'toolrules[serve]'")]
     n1, n16, warm, limit = (300, 3000, 2000, 3.0) if quick else (1000, 8000, 5000, 6.0)
     rounds = 3

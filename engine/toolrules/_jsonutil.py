@@ -37,9 +37,8 @@ def loads(data: str | bytes | bytearray) -> Any:
     (orjson reads it first; what orjson refuses - NaN, other encodings - and text with a
     number of 19 digits or more, which it would round, go to the standard library)."""
     fast = _ORJSON if _ORJSON is not None else _orjson()
-    long = _LONG_DIGITS.search(data) if isinstance(data, str) else \
-        _LONG_DIGITS_B.search(data)
-    if fast and long is None:
+    if fast and (_LONG_DIGITS.search(data) if isinstance(data, str) else
+                 _LONG_DIGITS_B.search(data)) is None:
         try:
             return fast.loads(data)
         except ValueError:

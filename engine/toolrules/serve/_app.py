@@ -268,8 +268,10 @@ class ServeApp:
             return _Then(response, after[0])
         return response
 
-    async def _handle(self, request: Any, front: Any, streamed: bool = False,
-                      clock: Any = None, after: list[Callable[[], None]] | None = None) -> Any:
+    async def _handle(self, request: Any, front: Any, streamed: bool,
+                      clock: Any, after: list[Callable[[], None]]) -> Any:
+        """The request's answer; what logs and counts it is left in `after` (called once
+        the answer went out)."""
         from starlette.responses import Response
 
         started = time.perf_counter()
@@ -398,10 +400,7 @@ class ServeApp:
                     self._log(info)
                     if self.observed:
                         self._count(info, ex, started, ended, None, request.headers)
-                if after is None:
-                    finish()
-                else:
-                    after.append(finish)
+                after.append(finish)
 
     def _count(self, info: dict[str, Any], ex: Exchange | None, started: float, ended: float,
                first_token: float | None, headers: Mapping[str, str] | None) -> None:

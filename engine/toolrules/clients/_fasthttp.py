@@ -217,41 +217,49 @@ class FastResponse:
 
     async def aiter_bytes(self) -> AsyncIterator[bytes]:
         """The body as it arrives: whatever arrived together, in one piece."""
+        while (piece := await self._next()) is not None:
+            yield piece
+
+    async def _next(self) -> bytes | None:
+        """The next piece of the body (what arrived together), None at its end."""
         conn = self._conn
         if conn is None:
-            return
-        httpx = _httpx()
+            return None
         while True:
             if conn.pieces:
                 pieces = conn.pieces
                 conn.pieces = []
-                yield pieces[0] if len(pieces) == 1 else b"".join(pieces)
-                continue
+                return pieces[0] if len(pieces) == 1 else b"".join(pieces)
             if conn.complete:
-                break
+                self._release()
+                return None
             if conn.error is not None:
                 self._drop()
-                raise httpx.RemoteProtocolError(conn.error)
+                raise _httpx().RemoteProtocolError(conn.error)
             if conn.closed:
-                if self._until_close:
-                    break  # the body ends when the server closes
+                if self._until_close:  # the body ends when the server closes
+                    self._release()
+                    return None
                 self._drop()
-                raise httpx.RemoteProtocolError("the server closed the connection in the "
-                                                "middle of the answer")
+                raise _httpx().RemoteProtocolError("the server closed the connection in "
+                                                   "the middle of the answer")
             try:
                 await conn.wait(self._client.read_timeout)
             except TimeoutError:
                 self._drop()
-                raise httpx.ReadTimeout("timed out reading the answer") from None
+                raise _httpx().ReadTimeout("timed out reading the answer") from None
             except asyncio.CancelledError:
                 self._drop()
                 raise
-        self._release()
 
     async def aread(self) -> bytes:
-        if self._conn is None:
-            return self.content
-        self.content = b"".join([part async for part in self.aiter_bytes()])
+        # a loop, not `async for`: an async generator costs a registration with the loop
+        # and a finalizer per answer
+        parts = []
+        while (piece := await self._next()) is not None:
+            parts.append(piece)
+        if parts:
+            self.content = parts[0] if len(parts) == 1 else b"".join(parts)
         return self.content
 
     def _release(self) -> None:

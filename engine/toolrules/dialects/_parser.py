@@ -12,8 +12,7 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager
 from contextvars import ContextVar
 from typing import TYPE_CHECKING, Any
 
@@ -40,19 +39,42 @@ __all__ = ["DialectsPart", "ParseClock", "TextParser", "TextStream", "parse_cloc
 _DEADLINE: ContextVar[float | None] = ContextVar("toolrules_parse_deadline", default=None)
 
 
-@contextmanager
-def parse_deadline(seconds: float | None) -> Iterator[None]:
+class _Scope:
+    """`var` set to `value` within a `with` block (a class, not a generator: a proxy
+    enters two of these per request)."""
+
+    __slots__ = ("_token", "_value", "_var")
+
+    def __init__(self, var: ContextVar[Any], value: Any):
+        self._var = var
+        self._value = value
+        self._token: Any = None
+
+    def __enter__(self) -> Any:
+        self._token = self._var.set(self._value)
+        return self._value
+
+    def __exit__(self, *exc: object) -> None:
+        self._var.reset(self._token)
+
+
+class _Deadline(_Scope):
+    __slots__ = ()
+
+    def __enter__(self) -> None:
+        seconds = self._value
+        if seconds is not None and seconds <= 0:
+            raise ValueError(f"a parse deadline is a positive number of seconds, not "
+                             f"{seconds!r}")
+        super().__enter__()
+
+
+def parse_deadline(seconds: float | None) -> AbstractContextManager[None]:
     """Within this block (and the tasks started in it), reading one model output with a
     text parser may take at most `seconds` of parsing time, whole or summed over a
     stream's deltas; past it the parser raises ParseTimeoutError instead of going on.
     `toolrules serve` and the tool loop read every reply under one (`parse_timeout`)."""
-    if seconds is not None and seconds <= 0:
-        raise ValueError(f"a parse deadline is a positive number of seconds, not {seconds!r}")
-    token = _DEADLINE.set(seconds)
-    try:
-        yield
-    finally:
-        _DEADLINE.reset(token)
+    return _Deadline(_DEADLINE, seconds)
 
 
 class ParseClock:
@@ -78,16 +100,10 @@ class ParseClock:
 _CLOCK: ContextVar[ParseClock | None] = ContextVar("toolrules_parse_clock", default=None)
 
 
-@contextmanager
-def parse_clock() -> Iterator[ParseClock]:
+def parse_clock() -> AbstractContextManager[ParseClock]:
     """Within this block (and the tasks started in it), text parsers add the time they
     spend reading model outputs and the calls they read to the ParseClock it yields."""
-    clock = ParseClock()
-    token = _CLOCK.set(clock)
-    try:
-        yield clock
-    finally:
-        _CLOCK.reset(token)
+    return _Scope(_CLOCK, ParseClock())
 
 
 class TextParser:

@@ -622,7 +622,7 @@ class ProvidersPart(Part):
                 raise ParseError(f"{prov.id} response: a message is a JSON object, not "
                                  f"{type(wire).__name__}")
             if prov.response_transforms:
-                wire = json.loads(json.dumps(wire))
+                wire = _json_copy(wire)  # the transforms change it: `raw` stays as read
                 for name in prov.response_transforms:
                     wire = MESSAGE_TRANSFORMS[name].run(wire)
             rm = read_wire_message(prov, wire)
@@ -707,7 +707,7 @@ class ProvidersPart(Part):
         when = int(time.time()) if created is None else int(created)
         view: dict[str, Any] = {
             "id": rid, "model": model, "created": when, "usage": usage_view(usage),
-            "created_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(when)),
+            "created_at": _iso_time(when),
             "text": parsed.content or None, "reasoning": parsed.reasoning_content or None,
             "tool_calls": calls_view, "finish_reason": prov.wire_finish(finish),
         }
@@ -892,3 +892,24 @@ def _apply_overrides(prov: Provider, body: dict[str, Any], overrides: Any) -> No
                 dst[k] = json.loads(json.dumps(v))
 
     deep(body, {k: v for k, v in overrides.items() if k not in prov.reserved})
+
+
+_ISO: tuple[int, str] = (-1, "")  # the last second written, and its text (one tuple: threads)
+
+
+def _iso_time(when: int) -> str:
+    """`when` (epoch seconds) as ISO 8601 UTC; answers come many a second."""
+    global _ISO
+    last = _ISO
+    if last[0] != when:
+        last = _ISO = (when, time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(when)))
+    return last[1]
+
+
+def _json_copy(value: Any) -> Any:
+    """A copy of a JSON value read from a body (its objects and arrays new)."""
+    if isinstance(value, dict):
+        return {k: v if type(v) is str else _json_copy(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [v if type(v) is str else _json_copy(v) for v in value]
+    return value

@@ -86,8 +86,14 @@ _JMESPATH_ERROR: Any = ()
 
 def _is_false(value: Any) -> bool:
     # JMESPath falsiness, not Python's: 0 is true, '' [] {} null false are false
-    return (value == "" or value == [] or value == {} or value is None
-            or value is False)
+    kind = type(value)
+    if kind is str or kind is list or kind is dict:
+        return not value
+    if value is None or value is False:
+        return True
+    if kind is int or kind is float or kind is bool:
+        return False
+    return value == "" or value == [] or value == {}
 
 
 def _is_number(value: Any) -> bool:
@@ -96,6 +102,8 @@ def _is_number(value: Any) -> bool:
 
 def _equals(x: Any, y: Any) -> bool:
     # 0/1 never equal false/true in JMESPath
+    if type(x) is str or type(y) is str:  # the common case: a field against a name
+        return bool(x == y)
     if (_is_number(x) and x in (0, 1) and isinstance(y, bool)) or \
             (_is_number(y) and y in (0, 1) and isinstance(x, bool)):
         return False
@@ -219,12 +227,38 @@ def _closure(node: dict[str, Any]) -> Callable[[Any], Any]:
         return project
     interpreter = _interpreter()
     if kind == "function_expression" and all(c.get("type") != "expref" for c in children):
-        # the arguments as closures; the function itself is JMESPath's (its type checks)
+        # the arguments as closures; the function itself is JMESPath's (its type checks),
+        # but for the two that take any value (no check to make): type, not_null
         name = node["value"]
         args = [_closure(c) for c in children]
+        if name == "type" and len(args) == 1:
+            (arg,) = args
+            return lambda value: _type_name(arg(value))
+        if name == "not_null" and args:
+            def not_null(value: Any) -> Any:
+                for found in [fn(value) for fn in args]:  # each evaluated, as JMESPath does
+                    if found is not None:
+                        return found
+                return None
+            return not_null
         call = interpreter._functions.call_function
         return lambda value: call(name, [arg(value) for arg in args])
     return lambda value: interpreter.visit(node, value)
+
+
+def _type_name(value: Any) -> str | None:
+    # JMESPath's type(): what its own function answers, for every value
+    if isinstance(value, str):
+        return "string"
+    if isinstance(value, bool):
+        return "boolean"
+    if isinstance(value, list):
+        return "array"
+    if isinstance(value, dict):
+        return "object"
+    if isinstance(value, (float, int)):
+        return "number"
+    return "null" if value is None else None
 
 
 def _interpreter() -> Any:
@@ -269,12 +303,14 @@ def prune(value: Any, opaque: set[int]) -> Any:
     kept exactly as they are, since a null inside them is data. Views give empty call
     lists as null, so `tool_calls[].{...}` disappears instead of sending [].
     """
-    if id(value) in opaque:
+    kind = type(value)
+    if kind is str or value is None or id(value) in opaque:
         return value
     if isinstance(value, dict):
-        return {k: prune(v, opaque) for k, v in value.items() if v is not None}
+        return {k: v if type(v) is str else prune(v, opaque)
+                for k, v in value.items() if v is not None}
     if isinstance(value, list):
-        return [prune(v, opaque) for v in value if v is not None]
+        return [v if type(v) is str else prune(v, opaque) for v in value if v is not None]
     return value
 
 

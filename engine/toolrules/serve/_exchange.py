@@ -432,6 +432,10 @@ def read_json_answer(text: str | None, schema: Any, engine: Any
     return value, clean, None
 
 
+# json.dumps(value, ensure_ascii=False, default=str), its encoder made once
+_SIZER = json.JSONEncoder(ensure_ascii=False, default=str)
+
+
 def estimate_tokens(value: Any, chars_per_token: float) -> int:
     """A token estimate from the JSON size of `value` (messages, tools, text)."""
     if value is None:
@@ -440,30 +444,33 @@ def estimate_tokens(value: Any, chars_per_token: float) -> int:
         n = len(value)
     else:
         try:
-            n = len(json.dumps(value, ensure_ascii=False, default=str))
+            n = len(_SIZER.encode(value))
         except (TypeError, ValueError):
             n = 0
     return max(1, int(n / chars_per_token + 0.5)) if n else 0
 
 
-def options_for(front: Any, upstream_options: Mapping[str, Any], body: Mapping[str, Any]
-                ) -> dict[str, Any]:
+def options_for(front: Any, upstream_options: Mapping[str, Any], body: Mapping[str, Any],
+                asked: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """The client's options the upstream's rule can write (a proxy cannot send an option
     the upstream API has no field for: `unwritable_options` names those for the access
-    log and the trace)."""
-    out = {k: v for k, v in front.read_options(body).items() if k in upstream_options}
+    log and the trace). `asked`: `front.read_options(body)` when the caller has it."""
+    if asked is None:
+        asked = front.read_options(body)
+    out = {k: v for k, v in asked.items() if k in upstream_options}
     parallel = front.read_parallel(body)
     if parallel is not None:
         out["parallel_tool_calls"] = parallel
     return out
 
 
-def unwritable_options(front: Any, upstream_options: Mapping[str, Any],
-                       body: Mapping[str, Any], upstream: str) -> dict[str, str]:
-    """The client's options the upstream's rule has no field for: field -> why it is
-    ignored (for the access log and the trace - not dropped unseen)."""
+def unwritable_options(asked: Mapping[str, Any], upstream_options: Mapping[str, Any],
+                       upstream: str) -> dict[str, str]:
+    """The client's options (`asked`: the front's `read_options`) the upstream's rule
+    has no field for: field -> why it is ignored (for the access log and the trace - not
+    dropped unseen)."""
     return {name: f"the upstream API ({upstream}) has no field for `{name}`"
-            for name in front.read_options(body) if name not in upstream_options}
+            for name in asked if name not in upstream_options}
 
 
 def safe_error(exc: ToolrulesError) -> str:

@@ -118,6 +118,7 @@ class Metrics:
                                   "server that have not ended.", ("route", "server"),
                                   registry=reg, multiprocess_mode="livesum")
         self._up: dict[tuple[int, str | None], Any] = {}
+        self._said: dict[tuple[int, str | None], bool] = {}
         self._flight: dict[tuple[int, str | None], Any] = {}
         self._dialects: dict[tuple[int, str], str] = {}
         self._children: dict[tuple[int, tuple[str, ...]], Any] = {}
@@ -139,11 +140,16 @@ class Metrics:
             self.flight(s.route, s.url, 0)
 
     def health(self, route: int, url: str | None, up: bool) -> None:
-        child = self._up.get((route, url))
+        key = (route, url)
+        # every answer says so: written when it changes (with several workers always: the
+        # scrape takes the most recent of theirs)
+        if self._said.get(key) is up and not self.multiprocess:
+            return
+        child = self._up.get(key)
         if child is None:
-            child = self._up[(route, url)] = self.up.labels(self.routes.get(route, ""),
-                                                             url or "")
+            child = self._up[key] = self.up.labels(self.routes.get(route, ""), url or "")
         child.set(1 if up else 0)
+        self._said[key] = up
 
     def flight(self, route: int, url: str | None, delta: int) -> None:
         child = self._flight.get((route, url))

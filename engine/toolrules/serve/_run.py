@@ -12,6 +12,7 @@ set; under gunicorn, set it yourself), so `GET /metrics` adds up every worker's 
 
 from __future__ import annotations
 
+import gc
 import json
 import logging
 import os
@@ -66,7 +67,18 @@ def app_from_env() -> Any:
     data = json.loads(raw) if raw else {}
     _logging(str(data.pop("log_level", "info")))
     data["rules"] = tuple(data.get("rules") or ())
-    return build_app(ServeSettings(**data))
+    app = build_app(ServeSettings(**data))
+    _settle()
+    return app
+
+
+def _settle() -> None:
+    """What a long-lived server does once its rules are loaded: the objects that stay for
+    its life (rules, compiled expressions, templates - tens of thousands) are left out of
+    the garbage collector's full passes, which would otherwise walk all of them again and
+    again (a pause of tens of ms, a few percent of the CPU under load)."""
+    gc.collect()
+    gc.freeze()
 
 
 def _logging(level: str) -> None:
@@ -117,6 +129,7 @@ def run(settings: ServeSettings, *, host: str = "127.0.0.1", port: int = 8080, w
                 os.environ.pop(MULTIPROC_ENV, None)
         return
     app = build_app(settings, api_keys)
+    _settle()
     if ready is not None:
         ready()
     uvicorn.run(app, **common)  # type: ignore[arg-type]

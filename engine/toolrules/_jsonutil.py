@@ -6,7 +6,6 @@ standard library's results and errors either way."""
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Mapping
 from typing import Any
 
@@ -27,9 +26,20 @@ def _orjson() -> Any:
     return _ORJSON
 
 
-# 19 digits in a row may be an integer past 64 bits, which orjson reads as a float
-_LONG_DIGITS = re.compile(r"\d{19}")
-_LONG_DIGITS_B = re.compile(rb"\d{19}")
+# 19 digits in a row may be an integer past 64 bits, which orjson reads as a float. Found
+# with every digit made a 0 and a search for nineteen of them: a regex for the same is
+# ten times slower than orjson's whole read of an agent's 100 KB request.
+_ZEROS_B = bytes.maketrans(b"0123456789", b"0000000000")
+_ZEROS = str.maketrans("123456789", "000000000")
+_LONG_B = b"0" * 19
+_LONG = "0" * 19
+
+
+def _has_long_number(data: str | bytes | bytearray) -> bool:
+    if isinstance(data, str):
+        return _LONG in data.translate(_ZEROS)
+    return _LONG_B in data.translate(_ZEROS_B)
+
 
 
 def loads(data: str | bytes | bytearray) -> Any:
@@ -37,8 +47,7 @@ def loads(data: str | bytes | bytearray) -> Any:
     (orjson reads it first; what orjson refuses - NaN, other encodings - and text with a
     number of 19 digits or more, which it would round, go to the standard library)."""
     fast = _ORJSON if _ORJSON is not None else _orjson()
-    if fast and (_LONG_DIGITS.search(data) if isinstance(data, str) else
-                 _LONG_DIGITS_B.search(data)) is None:
+    if fast and not _has_long_number(data):
         try:
             return fast.loads(data)
         except ValueError:

@@ -34,6 +34,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .._errors import CapabilityError, ToolrulesError
+from .._jsonutil import dumps_compact
 from .._types import Message, ParsedResponse, StreamChunkType, Tool, ToolCall
 
 __all__ = ["Exchange", "JsonTexts", "Outcome", "unwritable_options"]
@@ -432,7 +433,7 @@ def read_json_answer(text: str | None, schema: Any, engine: Any
     return value, clean, None
 
 
-# json.dumps(value, ensure_ascii=False, default=str), its encoder made once
+# what sizes a value orjson cannot write (json.dumps, str() of what is not JSON)
 _SIZER = json.JSONEncoder(ensure_ascii=False, default=str)
 
 
@@ -443,10 +444,13 @@ def estimate_tokens(value: Any, chars_per_token: float) -> int:
     if isinstance(value, str):
         n = len(value)
     else:
-        try:
-            n = len(_SIZER.encode(value))
+        try:  # the compact JSON (orjson's: an agent's 100 KB request is sized often)
+            n = len(dumps_compact(value))
         except (TypeError, ValueError):
-            n = 0
+            try:
+                n = len(_SIZER.encode(value))
+            except (TypeError, ValueError):
+                n = 0
     return max(1, int(n / chars_per_token + 0.5)) if n else 0
 
 

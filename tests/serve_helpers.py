@@ -14,6 +14,7 @@ import uvicorn
 
 import toolrules
 from toolrules.serve import create_app, load_config
+from toolrules.serve._protocol import protocol
 
 
 class ProxyServer:
@@ -38,7 +39,8 @@ class ProxyServer:
         self.port = self._sock.getsockname()[1]
         self.url = f"http://127.0.0.1:{self.port}"
         cfg = uvicorn.Config(self.app, log_level="warning", access_log=False,
-                             timeout_graceful_shutdown=5, lifespan="on")
+                             timeout_graceful_shutdown=5, lifespan="on",
+                             http=protocol())  # the protocol `toolrules serve` runs on
         self.server = uvicorn.Server(cfg)
         self._thread = threading.Thread(target=self._run, daemon=True)
 

@@ -102,8 +102,10 @@ def run(settings: ServeSettings, *, host: str = "127.0.0.1", port: int = 8080, w
     import uvicorn
 
     _logging(log_level)
+    from ._protocol import protocol
+
     fast = {"loop": "uvloop" if importlib.util.find_spec("uvloop") else "asyncio",
-            "http": "httptools" if importlib.util.find_spec("httptools") else "h11"}
+            "http": protocol()}
     # proxy_headers off: nothing here reads the client's address (X-Forwarded-For would
     # only be parsed for it, on every request)
     common = dict(host=host, port=port, access_log=False, log_level=log_level,

@@ -9,6 +9,8 @@ import sys
 
 import pytest
 from click.testing import CliRunner
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from toolrules.clients._framing import (
     AwsEventStreamDecoder,
@@ -51,6 +53,44 @@ def test_sse_multiline_data_and_no_final_blank_line():
     assert dec.close() == [{"b": 2}]
     with pytest.raises(FramingError):
         SseDecoder().feed(b"data: not json\n\n")
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(st.dictionaries(st.text(max_size=4), st.text(max_size=12), max_size=3),
+                min_size=1, max_size=5),
+       st.lists(st.sampled_from(["\n", "\r\n", "\r"]), min_size=1, max_size=4),
+       st.lists(st.integers(min_value=0, max_value=400), max_size=8))
+def test_sse_any_cut_of_any_line_endings(events, endings, cuts):
+    """Events whose lines end in any mix of \\n, \\r\\n and \\r, cut anywhere - inside
+    a UTF-8 character, between \\r and \\n - give the events of the whole."""
+    lines: list[str] = []
+    for e in events:
+        lines += [": note", "event: x", f"data: {json.dumps(e, ensure_ascii=False)}", ""]
+    text, before = "", ""
+    for i, line in enumerate(lines):
+        end = endings[i % len(endings)]
+        if before == "\r" and not line and end[0] == "\n":
+            end = "\r"  # \r then \n is one line end: the blank line would be lost
+        text, before = text + line + end, end
+    data = text.encode()
+    points = sorted({min(c, len(data)) for c in cuts})
+    dec = SseDecoder()
+    out = []
+    for a, b in zip([0, *points], [*points, len(data)], strict=True):
+        out.extend(dec.feed(data[a:b]))
+    out.extend(dec.close())
+    assert out == events
+
+
+def test_sse_a_line_past_the_limit_is_refused(monkeypatch):
+    import toolrules.clients._framing as framing
+
+    monkeypatch.setattr(framing, "MAX_PENDING", 64)
+    dec = SseDecoder()
+    dec.feed(b"data: " + b"x" * 40)  # an unfinished line, in pieces
+    with pytest.raises(FramingError, match="larger than"):
+        dec.feed(b"y" * 40)
+    assert SseDecoder().feed(b'data: {"a": 1}\n\n' * 2) == [{"a": 1}] * 2
 
 
 def test_ndjson_any_split():

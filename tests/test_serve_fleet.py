@@ -176,7 +176,10 @@ def test_a_conversation_stays_on_its_server_and_moves_when_it_goes_down(
         # not streamed: the same failover
         assert chat.turn(p2)[0] == other
         assert access()[-1]["status"] == 200
-        assert any("is down" in r.getMessage() for r in caplog.records)
+        # said by the request that failed over - or by the first health check, when it
+        # was still under way as the server stopped (a busy machine) and got there first
+        assert any("is down" in r.getMessage() or "failed its health check" in r.getMessage()
+                   for r in caplog.records)
 
 
 def test_health_checks_take_a_server_out_and_bring_it_back(pair, tmp_path, engine, access):

@@ -46,32 +46,56 @@ def _json(text: str) -> Any:
 
 
 class SseDecoder:
-    """text/event-stream: `data:` lines up to a blank line make one event."""
+    """text/event-stream: `data:` lines up to a blank line make one event.
+
+    Linear in the bytes however they are cut: each chunk is split once, and a line that
+    goes on over many chunks is kept in pieces, joined once when it ends."""
 
     def __init__(self) -> None:
-        self._buf = ""
+        self._parts: list[str] = []  # the unfinished line, in pieces
+        self._pending = 0            # their length
+        self._skip_lf = False        # the last chunk ended with \r: a \n next is its end too
         self._data: list[str] = []
         self._decoder = _utf8()
 
     def feed(self, chunk: bytes) -> list[Any]:
-        self._buf += self._decoder.decode(chunk)
-        if len(self._buf) > MAX_PENDING:
-            raise FramingError("a server-sent event is larger than 8 MiB")
+        text = self._decoder.decode(chunk)
         out: list[Any] = []
-        while True:
-            cut = _line_end(self._buf)
-            if cut is None:
-                break
-            end, nxt = cut
-            line = self._buf[:end]
-            self._buf = self._buf[nxt:]
+        if self._skip_lf and text:
+            self._skip_lf = False
+            if text[0] == "\n":
+                text = text[1:]
+        if not text:
+            return out
+        if self._pending + len(text) > MAX_PENDING:
+            raise FramingError("a server-sent event is larger than 8 MiB")
+        if "\r" in text:  # \r\n and \r end lines too
+            self._skip_lf = text[-1] == "\r"
+            text = text.replace("\r\n", "\n").replace("\r", "\n")
+        lines = text.split("\n")
+        if len(lines) == 1:  # no line ended: the line goes on
+            self._parts.append(text)
+            self._pending += len(text)
+            return out
+        first = lines[0]
+        if self._parts:
+            self._parts.append(first)
+            first = "".join(self._parts)
+            self._parts = []
+        self._line(first, out)
+        for line in lines[1:-1]:
             self._line(line, out)
+        last = lines[-1]
+        self._pending = len(last)
+        if last:
+            self._parts.append(last)
         return out
 
     def close(self) -> list[Any]:
         out: list[Any] = []
-        rest = self._buf + self._decoder.decode(b"", final=True)
-        self._buf = ""
+        rest = "".join(self._parts) + self._decoder.decode(b"", final=True)
+        self._parts = []
+        self._pending = 0
         if rest:
             self._line(rest, out)
         self._line("", out)
@@ -93,19 +117,6 @@ class SseDecoder:
         if name == "data":
             self._data.append(value)
         # event:, id:, retry: - the JSON itself says what each event is
-
-
-def _line_end(buf: str) -> tuple[int, int] | None:
-    """(end of the first line, start of the next), for \\n, \\r\\n or \\r endings."""
-    i = buf.find("\n")
-    j = buf.find("\r")
-    if j != -1 and (i == -1 or j < i):
-        if j + 1 == len(buf):
-            return None  # may be half of \r\n
-        return j, j + 2 if buf[j + 1] == "\n" else j + 1
-    if i == -1:
-        return None
-    return i, i + 1
 
 
 class NdjsonDecoder:

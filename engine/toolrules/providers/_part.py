@@ -84,6 +84,10 @@ class ProvidersPart(Part):
     def provider_rules(self, provider: str) -> Provider:
         """The compiled rules of `provider` (its id, or an alias it declares)."""
         compiled: dict[str, Provider] = self._cached("providers", dict)
+        # the name as asked before (a proxy asks many a time a request)
+        hit = compiled.get(provider) if isinstance(provider, str) else None
+        if hit is not None:
+            return hit
         key = str(provider).strip().lower()
         hit = compiled.get(key)
         if hit is None:
@@ -92,6 +96,8 @@ class ProvidersPart(Part):
             if rule_id is None:
                 raise UnknownRuleError("provider", str(provider), ids)
             hit = compiled[key] = compile_provider(self.ruleset, rule_id)
+        if isinstance(provider, str):
+            compiled[provider] = hit
         return hit
 
     def _provider_aliases(self) -> dict[str, str]:

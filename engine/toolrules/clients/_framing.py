@@ -120,20 +120,35 @@ class SseDecoder:
 
 
 class NdjsonDecoder:
-    """application/x-ndjson: one JSON value a line."""
+    """application/x-ndjson: one JSON value a line (a line that goes on over many chunks
+    is kept in pieces, joined once when it ends)."""
 
     def __init__(self) -> None:
-        self._buf = b""
+        self._parts: list[bytes] = []
+        self._pending = 0
 
     def feed(self, chunk: bytes) -> list[Any]:
-        self._buf += chunk
-        if len(self._buf) > MAX_PENDING:
+        if self._pending + len(chunk) > MAX_PENDING:
             raise FramingError("an NDJSON line is larger than 8 MiB")
-        *lines, self._buf = self._buf.split(b"\n")
+        if b"\n" not in chunk:
+            if chunk:
+                self._parts.append(chunk)
+                self._pending += len(chunk)
+            return []
+        lines = chunk.split(b"\n")
+        if self._parts:
+            lines[0] = b"".join([*self._parts, lines[0]])
+            self._parts = []
+        last = lines.pop()
+        self._pending = len(last)
+        if last:
+            self._parts.append(last)
         return [_json(x.decode("utf-8", errors="replace")) for x in lines if x.strip()]
 
     def close(self) -> list[Any]:
-        rest, self._buf = self._buf, b""
+        rest = b"".join(self._parts)
+        self._parts = []
+        self._pending = 0
         return [_json(rest.decode("utf-8", errors="replace"))] if rest.strip() else []
 
 
@@ -141,29 +156,35 @@ _PRELUDE = struct.Struct(">III")
 
 
 class AwsEventStreamDecoder:
-    """application/vnd.amazon.eventstream messages."""
+    """application/vnd.amazon.eventstream messages (linear: the input is appended to, and
+    what was read is dropped once per chunk)."""
 
     def __init__(self) -> None:
-        self._buf = b""
+        self._buf = bytearray()
 
     def feed(self, chunk: bytes) -> list[Any]:
-        self._buf += chunk
+        buf = self._buf
+        buf += chunk
         out: list[Any] = []
-        while len(self._buf) >= 12:
-            total, headers_len, prelude_crc = _PRELUDE.unpack_from(self._buf)
-            if zlib.crc32(self._buf[:8]) != prelude_crc:
+        at = 0
+        while len(buf) - at >= 12:
+            total, headers_len, prelude_crc = _PRELUDE.unpack_from(buf, at)
+            if zlib.crc32(buf[at:at + 8]) != prelude_crc:
                 raise FramingError("event stream prelude checksum mismatch")
             if total < 16 + headers_len or total > MAX_PENDING:
                 raise FramingError(f"event stream message of {total} bytes")
-            if len(self._buf) < total:
+            if len(buf) - at < total:
                 break
-            msg, self._buf = self._buf[:total], self._buf[total:]
+            msg = bytes(buf[at:at + total])
+            at += total
             (crc,) = struct.unpack_from(">I", msg, total - 4)
             if zlib.crc32(msg[:-4]) != crc:
                 raise FramingError("event stream message checksum mismatch")
             headers = _headers(msg[12:12 + headers_len])
             payload = msg[12 + headers_len:total - 4]
             out.append(_event(headers, payload))
+        if at:
+            del buf[:at]
         return out
 
     def close(self) -> list[Any]:

@@ -29,16 +29,15 @@ def _orjson() -> Any:
 # 19 digits in a row may be an integer past 64 bits, which orjson reads as a float. Found
 # with every digit made a 0 and a search for nineteen of them: a regex for the same is
 # ten times slower than orjson's whole read of an agent's 100 KB request.
-_ZEROS_B = bytes.maketrans(b"0123456789", b"0000000000")
-_ZEROS = str.maketrans("123456789", "000000000")
-_LONG_B = b"0" * 19
-_LONG = "0" * 19
+# (text is looked at as UTF-8: bytes.translate is five times faster than str.translate)
+_ZEROS = bytes.maketrans(b"0123456789", b"0000000000")
+_LONG = b"0" * 19
 
 
 def _has_long_number(data: str | bytes | bytearray) -> bool:
     if isinstance(data, str):
-        return _LONG in data.translate(_ZEROS)
-    return _LONG_B in data.translate(_ZEROS_B)
+        data = data.encode("utf-8", "surrogatepass")
+    return _LONG in data.translate(_ZEROS)
 
 
 

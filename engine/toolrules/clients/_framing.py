@@ -12,6 +12,7 @@ Each decoder keeps only the unfinished tail of its input, so work is linear in t
 
 from __future__ import annotations
 
+import codecs
 import json
 import struct
 import zlib
@@ -263,9 +264,10 @@ def encode_aws_event(headers: dict[str, str], payload: bytes) -> bytes:
 
 
 def _utf8() -> Any:
-    import codecs
+    return _UTF8(errors="replace")
 
-    return codecs.getincrementaldecoder("utf-8")(errors="replace")
+
+_UTF8 = codecs.getincrementaldecoder("utf-8")  # looked up once, not per stream
 
 
 def decoder_for(framing: str | None) -> SseDecoder | NdjsonDecoder | AwsEventStreamDecoder:

@@ -27,7 +27,7 @@ from ._messages import derived_id
 from ._rules import Expr, Provider
 
 __all__ = ["BlockEvents", "EventGrammar", "FieldCase", "Front", "StreamWriter", "VolatileText",
-           "compile_fields", "compile_front", "fold_signature", "signature_in_id",
+           "compile_fields", "compile_front", "fold_signature", "iso_time", "signature_in_id",
            "unfold_signature", "usage_view", "wire_call_id"]
 
 _KINDS = ("text", "reasoning", "tool")
@@ -417,7 +417,7 @@ class Front:
                                   "(serve.events)")
         when = int(time.time()) if created is None else int(created)
         view = {"id": response_id, "model": model, "created": when,
-                "created_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(when)),
+                "created_at": iso_time(when),
                 "usage": usage_view(usage), "request": request or {}}
         return StreamWriter(self.events, self.prov, view, build)
 
@@ -690,3 +690,15 @@ def _trim(content: Any) -> Any:
 def _truthy(value: Any) -> bool:
     """JMESPath truth: false, null, empty strings, lists and objects are false."""
     return not (value is None or value is False or value in ("", [], {}))
+
+
+_ISO: tuple[int, str] = (-1, "")  # the last second written, and its text (one tuple: threads)
+
+
+def iso_time(when: int) -> str:
+    """`when` (epoch seconds) as ISO 8601 UTC; answers come many a second."""
+    global _ISO
+    last = _ISO
+    if last[0] != when:
+        last = _ISO = (when, time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(when)))
+    return last[1]

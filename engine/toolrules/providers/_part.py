@@ -27,6 +27,7 @@ from ..rules._part import Part
 from ._front import (
     compile_front,
     fold_signature,
+    iso_time,
     signature_in_id,
     unfold_signature,
     usage_view,
@@ -713,7 +714,7 @@ class ProvidersPart(Part):
         when = int(time.time()) if created is None else int(created)
         view: dict[str, Any] = {
             "id": rid, "model": model, "created": when, "usage": usage_view(usage),
-            "created_at": _iso_time(when),
+            "created_at": iso_time(when),
             "text": parsed.content or None, "reasoning": parsed.reasoning_content or None,
             "tool_calls": calls_view, "finish_reason": prov.wire_finish(finish),
         }
@@ -899,17 +900,6 @@ def _apply_overrides(prov: Provider, body: dict[str, Any], overrides: Any) -> No
 
     deep(body, {k: v for k, v in overrides.items() if k not in prov.reserved})
 
-
-_ISO: tuple[int, str] = (-1, "")  # the last second written, and its text (one tuple: threads)
-
-
-def _iso_time(when: int) -> str:
-    """`when` (epoch seconds) as ISO 8601 UTC; answers come many a second."""
-    global _ISO
-    last = _ISO
-    if last[0] != when:
-        last = _ISO = (when, time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(when)))
-    return last[1]
 
 
 def _json_copy(value: Any) -> Any:

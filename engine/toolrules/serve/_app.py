@@ -22,7 +22,7 @@ import math
 import os
 import random
 import time
-from collections.abc import AsyncGenerator, AsyncIterator, Callable, Iterable, Mapping
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Iterable, Mapping, Sequence
 from dataclasses import asdict
 from pathlib import Path
 from types import MappingProxyType
@@ -363,6 +363,8 @@ class ServeApp:
             if stream:
                 return await self._stream(front, ex, body, requested, info, started, trace,
                                           request.headers)
+            # the bookkeeping runs as soon as the request went out, while the loop waits
+            asyncio.get_running_loop().call_soon(self._early_prefix, info, ex)
             try:
                 parsed = await ex.complete()
             except ParseTimeoutError as exc:
@@ -446,15 +448,34 @@ class ServeApp:
         server = getattr(ex.client, "server", None)
         if server is not None and len(ex.route.upstream.servers) > 1:
             info["server"] = server  # which of the route's servers answered
-        self._prefix(info, ex)
+        if not ex.prefixed:
+            self._prefix(info, ex, ex.outcome.body, ex.outcome.rewrites)
         for key, name in _USAGE_LOG:  # what the upstream reported, not estimates
             if o.usage and key in o.usage:
                 info[name] = o.usage[key]
 
-    def _prefix(self, info: dict[str, Any], ex: Exchange) -> None:
+    def _early_prefix(self, info: dict[str, Any], ex: Exchange) -> None:
+        """The prompt-prefix bookkeeping while the upstream works on the request: called
+        once the request went out (the loop would idle until the answer); when its body is
+        not at hand yet, `_outcome` does it after the answer."""
+        sent = getattr(ex.client, "sent", None)
+        if ex.prefixed or not callable(sent):
+            return
+        body, rewrites = sent()
+        if body is None:
+            return
+        try:
+            self._prefix(info, ex, body, [*ex.pre_rewrites, *(r.as_dict() for r in rewrites)])
+        except Exception:  # the bookkeeping never fails a request
+            log.exception("request %s: the prompt-prefix bookkeeping failed", info.get("id"))
+
+    def _prefix(self, info: dict[str, Any], ex: Exchange, body: Any,
+                rewrites: Sequence[Mapping[str, Any]]) -> None:
         """The share of the conversation's last prompt this one kept (what the server's
-        cache reuses), in the access log; a turn that breaks it is logged once."""
-        body = ex.outcome.body
+        cache reuses), in the access log; a turn that breaks it is logged once. `body`:
+        the request sent upstream (its first attempt); `rewrites`: what the proxy changed
+        in the conversation to build it."""
+        ex.prefixed = True
         if body is None or self.conversations.max_chars <= 0:
             return
         key = affinity_key(ex.messages)
@@ -475,7 +496,7 @@ class ServeApp:
                 self._templates[ex.route.index] = compiled
         image = prompt_image(body, rules.messages_path, rules.tools_path, compiled or None,
                              tmpl.bos_token if tmpl else "", tmpl.eos_token if tmpl else "")
-        seen = self.conversations.observe(key, image, ex.messages, ex.outcome.rewrites)
+        seen = self.conversations.observe(key, image, ex.messages, rewrites)
         info["conversation"] = seen.conversation
         if seen.share is not None:
             info["prefix_share"] = round(seen.share, 4)
@@ -517,6 +538,9 @@ class ServeApp:
                 queue.put_nowait(("error", exc))
 
         producer = asyncio.ensure_future(pump())
+        # after the pump's first step (which sends the request): the bookkeeping runs
+        # while the loop waits for the upstream
+        asyncio.get_running_loop().call_soon(self._early_prefix, info, ex)
         # An upstream that fails at once (429, 5xx, refused) gets a real HTTP status;
         # one that is slow gets the stream started, kept alive while it thinks.
         first: tuple[str, Any] | None = None

@@ -111,6 +111,7 @@ class Exchange:
         self._parsed_before = 0.0
         self._calls_before = 0
         self.outcome = Outcome()
+        self.prefixed = False  # the proxy's prompt-prefix bookkeeping was done
         # what was changed before the conversation reached the upstream client (client
         # metadata taken out: the front's serve.volatile)
         self.pre_rewrites = list(rewrites or ())

@@ -262,6 +262,13 @@ class FleetView:
         self.last_rewrites: tuple[Any, ...] = ()
         self.last_body: dict[str, Any] | None = None
         self.server: str | None = None
+        self._sending: Any = None  # the server's client with a request in flight
+
+    def sent(self) -> tuple[dict[str, Any] | None, tuple[Any, ...]]:
+        """The body of the request in flight (once it is built) and the turn rewrites
+        made to build it; else the last request's."""
+        c = self._sending if self._sending is not None else self
+        return c.last_body, c.last_rewrites
 
     def _client(self, server: _Server) -> Any:
         view = copy.copy(server.client)
@@ -293,7 +300,7 @@ class FleetView:
         order, options = self._plan(messages, options)
         obs = self._fleet.observer
         for i, server in enumerate(order):
-            client = self._client(server)
+            client = self._sending = self._client(server)
             server.in_flight += 1
             if obs is not None:
                 obs.flight(self._fleet.route, server.url, 1)
@@ -311,6 +318,7 @@ class FleetView:
                     obs.flight(self._fleet.route, server.url, -1)
                 self.last_rewrites = client.last_rewrites
                 self.last_body = client.last_body
+                self._sending = None
             self._answered(server)
             self.last_response = client.last_response
             return parsed
@@ -325,7 +333,7 @@ class FleetView:
         order, options = self._plan(messages, options)
         obs = self._fleet.observer
         for i, server in enumerate(order):
-            client = self._client(server)
+            client = self._sending = self._client(server)
             began = False
             server.in_flight += 1
             if obs is not None:
@@ -349,6 +357,7 @@ class FleetView:
                     obs.flight(self._fleet.route, server.url, -1)
                 self.last_rewrites = client.last_rewrites
                 self.last_body = client.last_body
+                self._sending = None
             self._answered(server)
             self.last_response = client.last_response
             return

@@ -10,9 +10,10 @@ upstream and the load on the others, so a proxy's figures are what one core of i
 does, whatever the load generator costs. For 1 and
 16 concurrent clients, non-streamed and streamed: requests/s, p50/p99 latency and the
 time to the first byte of a stream, directly and through each proxy, in one run - each
-target warmed first, then three interleaved rounds, medians - and the proxy's ratios to
-each peer against the goals (twice the requests/s, half the added latency). Bounded: a
-request count and a time limit per measurement.
+target warmed first, then rounds (three with --quick, five without) in which each
+measurement is taken of every target in turn, medians - and the proxy's ratios to each
+peer against the goals (twice the requests/s, half the added latency). Bounded: a request
+count and a time limit per measurement.
 """
 
 from __future__ import annotations
@@ -352,7 +353,7 @@ def bench(engine: Any, quick: bool) -> list[tuple[str, str]]:
     if not all(_has(m) for m in ("starlette", "uvicorn", "httpx", "httptools")):
         return [("serve", "skipped: pip install 'toolrules[serve]'")]
     n1, n16, warm, limit = (300, 3000, 2000, 3.0) if quick else (1000, 8000, 5000, 6.0)
-    rounds = 3
+    rounds = 3 if quick else 5
     up_port, our_port, lite_port, ccr_port = _port(), _port(), _port(), _port()
     up_url = f"http://127.0.0.1:{up_port}"
     ours_url, lite_url = f"http://127.0.0.1:{our_port}", f"http://127.0.0.1:{lite_port}"
@@ -421,10 +422,13 @@ def bench(engine: Any, quick: bool) -> list[tuple[str, str]]:
             for _name, api, url in targets:
                 for stream in (False, True):
                     _run(_load(url, 16, stream, warm, limit, api))
+            # each measurement is taken of every target in turn (seconds apart: a machine
+            # that slows down for a while slows the figures compared alike)
             for k in range(rounds):
-                for name, api, url in targets[k % len(targets):] + targets[:k % len(targets)]:
-                    for clients, count in ((1, n1), (16, n16)):
-                        for stream in (False, True):
+                order = targets[k % len(targets):] + targets[:k % len(targets)]
+                for clients, count in ((1, n1), (16, n16)):
+                    for stream in (False, True):
+                        for name, api, url in order:
                             cpu0 = _group_cpu(pids.get(name))
                             r = _run(_load(url, clients, stream, count, limit, api))
                             cpu1 = _group_cpu(pids.get(name))
@@ -442,8 +446,8 @@ def bench(engine: Any, quick: bool) -> list[tuple[str, str]]:
     out.insert(0, ("CPUs", f"each proxy on CPU {min(proxy_cpu)} alone; the upstream and the "
                    f"load on {','.join(map(str, sorted(rest)))}" if proxy_cpu and rest else
                    "one CPU: the proxies, the upstream and the load share it"))
-    out.insert(1, ("method", f"each target warmed, then {rounds} interleaved rounds: "
-                   "medians"))
+    out.insert(1, ("method", f"each target warmed, then {rounds} rounds, each measurement "
+                   "of every target in turn: medians"))
     for (name, api, clients, stream), r in results.items():
         mode = "stream" if stream else "non-stream"
         label = f"{name} ({api}), {clients:>2} client(s), {mode}"

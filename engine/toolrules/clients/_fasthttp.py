@@ -25,6 +25,8 @@ from collections.abc import AsyncIterator, Mapping
 from typing import Any
 from urllib.parse import urlsplit
 
+from .._aio import time_out
+
 __all__ = ["FastClient", "usable"]
 
 _MAX_HEADER = 64 << 10
@@ -170,7 +172,7 @@ class _Conn(asyncio.Protocol):
     async def wait(self, timeout: float | None) -> None:
         """Until more arrives, the connection ends, or `timeout` s pass (TimeoutError)."""
         waiter = self.waiter = self.loop.create_future()
-        timer = self.loop.call_later(timeout, _expire, waiter) if timeout else None
+        timer = self.loop.call_later(timeout, time_out, waiter) if timeout else None
         try:
             await waiter
         finally:
@@ -185,11 +187,6 @@ class _Conn(asyncio.Protocol):
         self.closed = True
         if self.transport is not None:
             self.transport.close()
-
-
-def _expire(waiter: asyncio.Future[None]) -> None:
-    if not waiter.done():
-        waiter.set_exception(TimeoutError())
 
 
 class FastResponse:

@@ -356,7 +356,7 @@ class ProvidersPart(Part):
                 self._parallel(prov, body, parallel, model)
         for key, value in prov.defaults.items():
             if get_path(body, key) is None:
-                set_path(body, key, json.loads(json.dumps(value)))
+                set_path(body, key, _json_copy(value))
         for key, value in options.items():
             if value is None:
                 continue
@@ -879,7 +879,7 @@ def _write_json_output(prov: Provider, body: dict[str, Any], ask: Any) -> None:
     for path, src in table.items():
         value = Expr(src, f"provider {prov.id} json_output.{path}")(view)
         if value is not None:
-            set_path(body, path, json.loads(json.dumps(value)))
+            set_path(body, path, _json_copy(value))
 
 
 def _apply_overrides(prov: Provider, body: dict[str, Any], overrides: Any) -> None:
@@ -896,16 +896,17 @@ def _apply_overrides(prov: Provider, body: dict[str, Any], overrides: Any) -> No
             if isinstance(v, dict) and isinstance(dst.get(k), dict):
                 deep(dst[k], v)
             else:
-                dst[k] = json.loads(json.dumps(v))
+                dst[k] = _json_copy(v)
 
     deep(body, {k: v for k, v in overrides.items() if k not in prov.reserved})
 
 
 
 def _json_copy(value: Any) -> Any:
-    """A copy of a JSON value read from a body (its objects and arrays new)."""
+    """A copy of a JSON value (its objects and arrays new; a tuple becomes a list, as JSON
+    would make it)."""
     if isinstance(value, dict):
         return {k: v if type(v) is str else _json_copy(v) for k, v in value.items()}
-    if isinstance(value, list):
+    if isinstance(value, list | tuple):
         return [v if type(v) is str else _json_copy(v) for v in value]
     return value

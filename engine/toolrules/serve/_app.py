@@ -28,6 +28,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
+from .._aio import time_out
 from .._errors import ParseTimeoutError, ToolrulesError, UnsupportedContentError
 from .._jsonutil import dumps_compact, loads
 from .._types import ParsedResponse
@@ -950,7 +951,7 @@ class _Channel:
         while not self._items:
             loop = asyncio.get_running_loop()
             waiter = self._waiter = loop.create_future()
-            timer = loop.call_later(timeout, _time_out, waiter) if timeout else None
+            timer = loop.call_later(timeout, time_out, waiter) if timeout else None
             try:
                 await waiter
             finally:
@@ -958,11 +959,6 @@ class _Channel:
                 if timer is not None:
                     timer.cancel()
         return self._items.popleft()
-
-
-def _time_out(waiter: asyncio.Future[None]) -> None:
-    if not waiter.done():
-        waiter.set_exception(TimeoutError())
 
 
 class _Whole:

@@ -79,6 +79,12 @@ class Expr:
 
 _INTERPRETER: Any = None
 
+
+def _type_error(*args: Any) -> Exception:
+    from jmespath.exceptions import JMESPathTypeError
+
+    return JMESPathTypeError(*args)
+
 # what a failed expression raises: set by the first Expr (jmespath is imported when the
 # first expression is compiled, not per call - an expression runs many times a request)
 _JMESPATH_ERROR: Any = ()
@@ -118,11 +124,14 @@ def _closure(node: dict[str, Any]) -> Callable[[Any], Any]:
         name = node["value"]
 
         def field(value: Any) -> Any:
-            try:
+            if type(value) is dict:
                 return value.get(name)
-            except AttributeError:
-                return None
+            return _get(value, name)
         return field
+    if kind in ("subexpression", "index_expression"):
+        walk = _steps(node)
+        if walk is not None:
+            return _path(walk)
     if kind in ("subexpression", "index_expression", "pipe"):
         steps = [_closure(c) for c in children]
         if len(steps) == 2:
@@ -242,8 +251,89 @@ def _closure(node: dict[str, Any]) -> Callable[[Any], Any]:
                 return None
             return not_null
         call = interpreter._functions.call_function
+        if name == "merge" and args:
+            def merge(value: Any) -> Any:
+                found = [fn(value) for fn in args]
+                if all(type(item) is dict for item in found):
+                    out: dict[str, Any] = {}
+                    for item in found:
+                        out.update(item)
+                    return out
+                try:
+                    return call(name, found)
+                except (TypeError, ValueError):  # JMESPath checks only its first argument
+                    wrong = next(item for item in found if not isinstance(item, dict))
+                    raise _type_error("merge", wrong, _type_name(wrong), ["object"]) from None
+            return merge
         return lambda value: call(name, [arg(value) for arg in args])
     return lambda value: interpreter.visit(node, value)
+
+
+def _steps(node: dict[str, Any]) -> list[tuple[bool, Any]] | None:
+    """A chain of plain fields and indexes (`a.b[0].c`) as (is a field, name or index)
+    steps, or None when the chain holds anything else."""
+    kind = node["type"]
+    if kind == "field":
+        return [(True, node["value"])]
+    if kind == "index":
+        return [(False, node["value"])]
+    if kind in ("subexpression", "index_expression"):
+        out: list[tuple[bool, Any]] = []
+        for child in node.get("children") or []:
+            part = _steps(child)
+            if part is None:
+                return None
+            out.extend(part)
+        return out
+    return None
+
+
+def _get(value: Any, name: str) -> Any:
+    # a field of anything but a dict (the callers test for dict first): null unless it
+    # is a mapping - an exception is slow, and null is the common case
+    if value is None or type(value) in _NO_FIELDS:
+        return None
+    try:
+        return value.get(name)
+    except AttributeError:
+        return None
+
+
+_NO_FIELDS = frozenset({str, list, int, float, bool})
+
+
+def _path(walk: list[tuple[bool, Any]]) -> Callable[[Any], Any]:
+    """`a.b[0].c` in one function: a field of a non-object, an index of a non-array or
+    past its end is null, as JMESPath has it."""
+    if all(is_field for is_field, _ in walk):
+        names = [name for _, name in walk]
+        if len(names) == 2:
+            first, second = names
+
+            def two(value: Any) -> Any:
+                value = value.get(first) if type(value) is dict else _get(value, first)
+                return value.get(second) if type(value) is dict else _get(value, second)
+            return two
+
+        def fields(value: Any) -> Any:
+            for name in names:
+                value = value.get(name) if type(value) is dict else _get(value, name)
+            return value
+        return fields
+
+    def path(value: Any) -> Any:
+        for is_field, key in walk:
+            if is_field:
+                value = value.get(key) if type(value) is dict else _get(value, key)
+            elif isinstance(value, list):
+                try:
+                    value = value[key]
+                except IndexError:
+                    return None
+            else:
+                return None
+        return value
+    return path
 
 
 def _type_name(value: Any) -> str | None:

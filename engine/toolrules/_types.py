@@ -241,6 +241,14 @@ class ParsedResponse:
         d["raw"] = raw
         d["warnings"] = warnings
 
+    def _with_raw(self, raw: Any) -> ParsedResponse:
+        """This answer with `raw` set: `dataclasses.replace` without its per-call field
+        walk (a stream's answer gets its events so, once per request)."""
+        new = object.__new__(ParsedResponse)
+        new.__dict__.update(self.__dict__)
+        new.__dict__["raw"] = raw
+        return new
+
 
 class StreamChunkType(StrEnum):
     """Kinds of typed stream chunks (see docs/concepts/streaming.md, the streaming contract)."""

@@ -17,7 +17,6 @@ import json
 import logging
 import weakref
 from collections.abc import AsyncGenerator, AsyncIterator, Iterator, Mapping, Sequence
-from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlencode, urlsplit
 
@@ -508,7 +507,7 @@ class HttpModel:
             raise failure
         for chunk in reader.close():
             yield chunk
-        self.last_response = replace(reader.result, raw=events)
+        self.last_response = reader.result._with_raw(events)
 
     def _event_failure(self, event: Any) -> ProviderError | None:
         if isinstance(event, StreamFailure):

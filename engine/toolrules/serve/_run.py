@@ -82,8 +82,9 @@ def _settle() -> None:
 
 
 def _logging(level: str) -> None:
-    handler = logging.StreamHandler()
-    handler.setFormatter(logging.Formatter("%(message)s"))
+    from ._app import PlainLines
+
+    handler = PlainLines()
     for name in ("toolrules.serve", "toolrules.serve.access"):
         logger = logging.getLogger(name)
         logger.setLevel(getattr(logging, level.upper(), logging.INFO))

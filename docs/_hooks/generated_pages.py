@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from mkdocs.structure.files import File, Files
+
 from toolrules.rules._schema_docs import lint_checks_markdown, schemas_markdown
 
 PAGES = {

@@ -19,6 +19,7 @@ pytest.importorskip("uvicorn")
 
 import anthropic  # noqa: E402
 import openai  # noqa: E402
+from pydantic import BaseModel  # noqa: E402
 
 from serve_helpers import (  # noqa: E402
     ProxyServer,
@@ -80,8 +81,8 @@ def anthropic_error(e: Any) -> str:
     ({"modalities": ["text", "audio"]}, "modalities", "text only"),
     ({"audio": {"voice": "alloy", "format": "wav"}}, "audio", "text only"),
     ({"web_search_options": {}}, "web_search_options", "provider's side"),
-    ({"response_format": {"type": "json_object"}}, "response_format",
-     "structured output format"),
+    ({"response_format": {"type": "json_schema", "json_schema": {"name": "x"}}},
+     "response_format", "with `schema` a JSON Schema object"),
     ({"store": True}, "store", "Send `store: false`"),
     ({"frequency_penalty": 0.5}, "frequency_penalty", "request_overrides"),
     ({"logit_bias": {"50256": -100}}, "logit_bias", "token ids"),
@@ -165,8 +166,8 @@ def test_stream_options_are_read_by_the_stream(upstream, to_openai):
     ({"mcp_servers": [{"type": "url", "url": "https://example.com/mcp", "name": "docs"}]},
      "mcp_servers", "MCP connector"),
     ({"container": "container_011"}, "container", "state kept on Anthropic's side"),
-    ({"output_format": {"type": "json_schema", "schema": {"type": "object"}}},
-     "output_format", "structured output format"),
+    ({"output_format": {"type": "json_schema", "schema": "object"}},
+     "output_format", "with `schema` a JSON Schema object"),
     ({"speculative": True}, "speculative", "is not supported"),
 ], ids=lambda v: v if isinstance(v, str) and " " not in v else None)
 def test_anthropic_server_side_fields_are_refused(upstream, to_anthropic, extra, field, fix):
@@ -215,8 +216,6 @@ def test_anthropic_options_an_openai_upstream_has_no_field_for_are_logged(upstre
     ({"include": ["message.output_text.logprobs"]}, "include", "log probabilities"),
     ({"store": True}, "store", "Send `store: false`"),
     ({"prompt": {"id": "pmpt_1"}}, "prompt", "stored prompt template"),
-    ({"text": {"format": {"type": "json_schema", "name": "x",
-                          "schema": {"type": "object"}}}}, "text", "structured output"),
     ({"truncation": "auto"}, "truncation", "trim `input` yourself"),
     ({"top_logprobs": 2}, "top_logprobs", "log probabilities"),
 ], ids=lambda v: v if isinstance(v, str) and " " not in v and "`" not in v else None)
@@ -264,13 +263,13 @@ def test_coding_agent_defaults_go_through_with_their_reasons(upstream, to_openai
     ignored = access()[-1]["ignored"]
     assert "nothing cleared" in ignored["context_management"]
     assert "effort level" in ignored["output_config"]
-    # a structured format in output_config is still refused
+    # an output format other than a JSON schema is refused
     with pytest.raises(anthropic.BadRequestError) as e:
         an(to_anthropic).messages.create(
             model="claude-sonnet-4-5", max_tokens=20, messages=HI,
-            extra_body={"output_config": {"format": {"type": "json_schema",
-                                                     "schema": {"type": "object"}}}})
-    assert "request field `output_config`" in anthropic_error(e)
+            extra_body={"output_config": {"format": {"type": "regex", "pattern": "a+"}}})
+    msg = anthropic_error(e)
+    assert "request field `output_config`" in msg and "`{type: json_schema" in msg
 
 
 def test_responses_reasoning_and_user_are_carried(upstream, to_responses, engine):
@@ -282,6 +281,96 @@ def test_responses_reasoning_and_user_are_carried(upstream, to_responses, engine
     sent = upstream.requests[-1].json()
     assert sent["reasoning"] == {"effort": "low"} and sent["user"] == "u-9"
     assert sent["max_output_tokens"] == 64
+
+
+# ---------------------------------------------------------------- JSON answers
+
+class Rating(BaseModel):
+    score: int
+    reason: str
+
+
+RATING_SCHEMA = {"type": "object", "properties": {"score": {"type": "integer"},
+                                                  "reason": {"type": "string"}},
+                 "required": ["score", "reason"], "additionalProperties": False}
+
+
+def test_a_chat_json_schema_is_asked_upstream_and_the_sdk_parses_the_answer(upstream,
+                                                                           to_openai, access):
+    """`chat.completions.parse(response_format=Model)`: the schema goes upstream as the
+    upstream's own response format, and the JSON is taken out of the fence around it."""
+    upstream.replies.append(chat_reply('Sure:\n```json\n{"score": 7, "reason": "short"}\n```'))
+    r = oa(to_openai).chat.completions.parse(model="gpt-4o", messages=HI,
+                                            response_format=Rating)
+    assert r.choices[0].message.parsed == Rating(score=7, reason="short")
+    assert json.loads(r.choices[0].message.content) == {"score": 7, "reason": "short"}
+    sent = upstream.requests[-1].json()["response_format"]
+    assert sent["type"] == "json_schema" and sent["json_schema"]["name"] == "Rating"
+    assert sent["json_schema"]["schema"]["properties"]["score"] == {"title": "Score",
+                                                                    "type": "integer"}
+    info = access()[-1]
+    assert info["status"] == 200 and "response_format" not in info.get("ignored", {})
+
+
+def test_an_invalid_chat_json_answer_goes_back_once_with_what_is_wrong(upstream, to_openai,
+                                                                      access):
+    upstream.replies.append(chat_reply('{"score": "high"}'))
+    upstream.replies.append(chat_reply('{"score": 3, "reason": "fixed"}'))
+    r = oa(to_openai).chat.completions.create(
+        model="gpt-4o", messages=HI, response_format={
+            "type": "json_schema", "json_schema": {"name": "rating", "schema": RATING_SCHEMA}})
+    assert json.loads(r.choices[0].message.content) == {"score": 3, "reason": "fixed"}
+    assert len(upstream.requests) == 2
+    retry = upstream.requests[1].json()["messages"]
+    assert retry[-2] == {"role": "assistant", "content": '{"score": "high"}'}
+    assert retry[-1]["role"] == "user" and "'reason' is a required" in retry[-1]["content"]
+    assert access()[-1]["invalid"] == 1
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_json_mode_answers_one_json_value(upstream, to_openai, stream):
+    upstream.replies.append(chat_reply('Here:\n```json\n{"a": [1, 2]}\n```\nDone.'))
+    r = oa(to_openai).chat.completions.create(model="gpt-4o", messages=HI, stream=stream,
+                                              response_format={"type": "json_object"})
+    text = "".join(c.choices[0].delta.content or "" for c in r if c.choices) if stream \
+        else r.choices[0].message.content
+    assert json.loads(text) == {"a": [1, 2]}
+    assert upstream.requests[-1].json()["response_format"] == {"type": "json_object"}
+
+
+def test_a_responses_json_schema_is_asked_upstream_and_parsed(upstream, to_openai):
+    upstream.replies.append(chat_reply('{"score": 9, "reason": "clear"}'))
+    r = oa(to_openai).responses.parse(model="gpt-4o", input="Rate it.", text_format=Rating)
+    assert r.output_parsed == Rating(score=9, reason="clear")
+    sent = upstream.requests[-1].json()["response_format"]
+    assert sent["type"] == "json_schema" and sent["json_schema"]["name"] == "Rating"
+
+
+def test_an_anthropic_json_schema_is_asked_in_the_prompt_and_parsed(upstream, to_anthropic,
+                                                                   engine):
+    """`messages.parse(output_format=Model)` sends `output_config.format`; an Anthropic
+    upstream's rule has no JSON answer of its own, so the proxy asks in the prompt and
+    checks the answer (the fence around it taken away) before the SDK parses it."""
+    upstream.replies.append(json_reply(engine.build_response(ParsedResponse(
+        content='```json\n{"score": 5, "reason": "ok"}\n```', finish_reason="stop"),
+        "anthropic", "up")))
+    r = an(to_anthropic).messages.parse(model="claude-sonnet-4-5", max_tokens=50,
+                                        messages=HI, output_format=Rating)
+    assert r.parsed_output == Rating(score=5, reason="ok")
+    sent = upstream.requests[-1].json()
+    assert "output_config" not in sent
+    assert "JSON" in sent["system"] and '"reason"' in sent["system"]  # the schema, asked
+
+
+@pytest.mark.parametrize("fmt", [{"type": "json_schema", "name": "x"},
+                                 {"type": "json_schema", "name": "x", "schema": "object"},
+                                 {"type": "grammar", "grammar": "root ::= x"}])
+def test_a_responses_format_the_proxy_cannot_carry_is_refused(upstream, to_openai, fmt):
+    with pytest.raises(openai.BadRequestError) as e:
+        oa(to_openai).responses.create(model="gpt-4o", input="hi", text={"format": fmt})
+    msg = openai_error(e)
+    assert "request field `text`" in msg and "with `schema` a JSON Schema object" in msg
+    assert upstream.requests == []
 
 
 # ---------------------------------------------------------------- the rule underneath

@@ -572,10 +572,11 @@ class ServeApp:
             except Exception as exc:
                 queue.put_nowait(("error", exc))
 
-        producer = asyncio.ensure_future(pump())
+        loop = asyncio.get_running_loop()
+        producer = loop.create_task(pump())
         # after the pump's first step (which sends the request): the bookkeeping runs
         # while the loop waits for the upstream
-        asyncio.get_running_loop().call_soon(self._early_prefix, info, ex)
+        loop.call_soon(self._early_prefix, info, ex)
         # An upstream that fails at once (429, 5xx, refused) gets a real HTTP status;
         # one that is slow gets the stream started, kept alive while it thinks.
         first: tuple[str, Any] | None = None
@@ -655,7 +656,7 @@ class ServeApp:
                     entry = queue.get_nowait()
                 else:
                     if watcher is None:
-                        watcher = asyncio.ensure_future(watch())
+                        watcher = asyncio.get_running_loop().create_task(watch())
                     try:
                         entry = await queue.get(keep_alive)
                     except TimeoutError:

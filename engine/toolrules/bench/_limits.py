@@ -12,8 +12,8 @@ figure, so the limit means the same on a fast laptop and a slow shared VM. The r
 this parser's own worst cases (whole ~35-42x, 64-char ~28-51x, 1-char ~79-85x: a
 1-character delta pays a whole feed() for one character) with a margin for a noisy
 machine: they catch a parser that gets half again (1-char) to twice as slow or grows worse
-than linearly, not jitter. CPU time, best of three rounds (two with --quick), so a busy machine or a first, cold parse
-does not decide the figure. Then the worst shapes are timed again, five rounds each, from
+than linearly, not jitter. CPU time, best of three rounds (two with --quick), so a busy
+machine or a first, cold parse does not decide the figure. Then the worst shapes are timed again, five rounds each, from
 the worst down until no shape left can be worse (`_confirmed_worst`), and the reference
 is measured again beside them: on a shared VM one shape's first figure could land in a
 slow spell (the same shape read 50x - 80x the reference within a minute), and the worst

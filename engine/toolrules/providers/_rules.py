@@ -85,6 +85,7 @@ def _type_error(*args: Any) -> Exception:
 
     return JMESPathTypeError(*args)
 
+
 # what a failed expression raises: set by the first Expr (jmespath is imported when the
 # first expression is compiled, not per call - an expression runs many times a request)
 _JMESPATH_ERROR: Any = ()

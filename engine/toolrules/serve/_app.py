@@ -46,7 +46,7 @@ access_log = logging.getLogger("toolrules.serve.access")
 log = logging.getLogger("toolrules.serve")
 
 
-class PlainLines(logging.StreamHandler):  # type: ignore[type-arg]
+class PlainLines(logging.StreamHandler):
     """The proxy's own log handler (`toolrules serve`): each message on a line of its
     own. An access line that goes to this handler alone is written without a LogRecord
     (`ServeApp._log`): the same line, at a third of the cost."""
@@ -71,6 +71,7 @@ class PlainLines(logging.StreamHandler):  # type: ignore[type-arg]
                                                text, None, None, "_log"))
         finally:
             self.release()
+
 
 # An upstream failure as the client sees it: a proxy answers for its upstream with 502
 # (bad gateway) / 504 (gateway timeout), keeps a client's own mistakes (4xx) and the

@@ -269,7 +269,7 @@ def test_coding_agent_defaults_go_through_with_their_reasons(upstream, to_openai
             model="claude-sonnet-4-5", max_tokens=20, messages=HI,
             extra_body={"output_config": {"format": {"type": "regex", "pattern": "a+"}}})
     msg = anthropic_error(e)
-    assert "request field `output_config`" in msg and "`{type: json_schema" in msg
+    assert "request field `output_config.format`" in msg and "`{type: json_schema" in msg
 
 
 def test_responses_reasoning_and_user_are_carried(upstream, to_responses, engine):
@@ -347,7 +347,7 @@ def test_a_responses_json_schema_is_asked_upstream_and_parsed(upstream, to_opena
 
 
 def test_an_anthropic_json_schema_is_asked_in_the_prompt_and_parsed(upstream, to_anthropic,
-                                                                   engine):
+                                                                   engine, access):
     """`messages.parse(output_format=Model)` sends `output_config.format`; an Anthropic
     upstream's rule has no JSON answer of its own, so the proxy asks in the prompt and
     checks the answer (the fence around it taken away) before the SDK parses it."""
@@ -355,8 +355,11 @@ def test_an_anthropic_json_schema_is_asked_in_the_prompt_and_parsed(upstream, to
         content='```json\n{"score": 5, "reason": "ok"}\n```', finish_reason="stop"),
         "anthropic", "up")))
     r = an(to_anthropic).messages.parse(model="claude-sonnet-4-5", max_tokens=50,
-                                        messages=HI, output_format=Rating)
+                                        messages=HI, output_format=Rating,
+                                        output_config={"effort": "low"})
     assert r.parsed_output == Rating(score=5, reason="ok")
+    # the effort beside the format is not carried, and said so
+    assert "effort level" in access()[-1]["ignored"]["output_config.effort"]
     sent = upstream.requests[-1].json()
     assert "output_config" not in sent
     assert "JSON" in sent["system"] and '"reason"' in sent["system"]  # the schema, asked
@@ -374,6 +377,17 @@ def test_a_responses_format_the_proxy_cannot_carry_is_refused(upstream, to_opena
 
 
 # ---------------------------------------------------------------- the rule underneath
+
+def test_lint_reads_paths_of_any_length():
+    """JMESPath gives `a.b.c` as one subexpression of three fields: the lint's reads are
+    the whole path, so a field read field by field (`output_config.format`) is matched."""
+    from toolrules.providers._rules import _field_paths, _parsed
+
+    assert _field_paths(_parsed("a.b.c == 'x' && {s: d.e.f.g}")) == {"a.b.c", "d.e.f.g"}
+    assert _field_paths(_parsed("a.b")) == {"a.b"}
+    assert _field_paths(_parsed("a.b.c[].d")) == {"a.b.c"}  # up to the projection
+    assert _field_paths(_parsed("a[0].b.c")) == {"a"}
+
 
 def test_every_served_front_accounts_for_its_fields(engine):
     for provider in ("openai", "anthropic", "openai-responses"):

@@ -1041,11 +1041,15 @@ def _field_paths(node: Any) -> set[str]:
     kids = node.get("children") or []
     if kind == "field":
         return {str(node.get("value"))}
-    if kind == "subexpression" and len(kids) == 2:
+    if kind == "subexpression" and kids:
+        # JMESPath gives `a.b.c` as one subexpression of three fields
         heads = _field_paths(kids[0])
-        tail = kids[1]
-        if tail.get("type") == "field" and kids[0].get("type") in ("field", "subexpression"):
-            return {f"{h}.{tail.get('value')}" for h in heads}
+        if kids[0].get("type") not in ("field", "subexpression"):
+            return heads
+        for tail in kids[1:]:
+            if tail.get("type") != "field":
+                break
+            heads = {f"{h}.{tail.get('value')}" for h in heads}
         return heads
     if kind in ("subexpression", "index_expression", "projection", "filter_projection",
                 "value_projection", "flatten", "pipe"):

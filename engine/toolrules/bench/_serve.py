@@ -1,9 +1,11 @@
 """Bench section `serve`: what the proxy adds on top of calling the upstream directly.
 
-Three processes on loopback: a zero-latency fake OpenAI-compatible upstream (raw asyncio
+Processes on loopback: a zero-latency fake OpenAI-compatible upstream (raw asyncio
 HTTP/1.1, canned answers), `toolrules serve` in front of it (one worker, its metrics on
 as by default), and - when their programs are found - LiteLLM's proxy and
-claude-code-router in front of the same upstream; the load comes from
+claude-code-router in front of the same upstream, and a bare pass-through (bytes in,
+bytes out, on the same client and transport: the floor any proxy's added latency on this
+machine is read against, measured with one client); the load comes from
 this process (a keep-alive pool of the small asyncio HTTP client, uvloop when
 installed). On a machine with two or more CPUs each proxy runs on CPU 0 alone and the
 upstream and the load on the others, so a proxy's figures are what one core of it
@@ -12,8 +14,9 @@ does, whatever the load generator costs. For 1 and
 time to the first byte of a stream, directly and through each proxy, in one run - each
 target warmed first, then rounds (three with --quick, five without) in which each
 measurement is taken of every target in turn, medians - and the proxy's ratios to each
-peer against the goals (twice the requests/s, half the added latency). Bounded: a request
-count and a time limit per measurement.
+peer against the goals (twice the requests/s, half the added latency), each latency goal
+beside the floor: what it leaves for a proxy's own work. Bounded: a request count and a
+time limit per measurement.
 """
 
 from __future__ import annotations
@@ -35,7 +38,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-__all__ = ["bench", "fake_upstream"]
+__all__ = ["bench", "fake_upstream", "pass_through"]
 
 # A Qwen3 name: the rules know its raw-text call format (Hermes `<tool_call>`), which the
 # fake upstream writes when a request offers tools - as servers without a tool parser do.
@@ -136,6 +139,87 @@ def _run(coro: Any) -> Any:
     except ImportError:
         return asyncio.run(coro)
     return uvloop.run(coro)
+
+
+# ---------------------------------------------------------------- the bare pass-through
+
+class _Pass(asyncio.Protocol):
+    """One client connection of the bare pass-through: each request's body goes to the
+    upstream as it came, the answer's bytes back as they come (chunked when streamed) - no
+    framework, no translation, nothing counted: what any proxy on this machine adds at
+    least (see `pass_through`)."""
+
+    def __init__(self, upstream: str, client: Any) -> None:
+        import httptools
+
+        self.upstream = upstream
+        self.client = client
+        self.parser = httptools.HttpRequestParser(self)
+        self.url = b""
+        self.body: list[bytes] = []
+        self.last: asyncio.Task[None] | None = None  # answers go out in request order
+
+    def connection_made(self, transport: Any) -> None:
+        self.transport = transport
+
+    def data_received(self, data: bytes) -> None:
+        try:
+            self.parser.feed_data(data)
+        except Exception:  # a malformed request: drop the connection
+            self.transport.close()
+
+    def on_url(self, url: bytes) -> None:
+        self.url += url
+
+    def on_body(self, body: bytes) -> None:
+        self.body.append(body)
+
+    def on_message_complete(self) -> None:
+        url, body, self.url, self.body = self.url, b"".join(self.body), b"", []
+        self.last = asyncio.get_running_loop().create_task(self._answer(self.last, url, body))
+
+    async def _answer(self, before: asyncio.Task[None] | None, url: bytes,
+                      body: bytes) -> None:
+        if before is not None:
+            await before
+        write = self.transport.write
+        if url == b"/health":
+            write(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok")
+            return
+        stream = b'"stream":true' in body
+        try:
+            r = await self.client.send(self.client.build_request(
+                "POST", self.upstream + url.decode("latin-1"), content=body,
+                headers={"content-type": "application/json"}), stream=stream)
+        except Exception:
+            write(b"HTTP/1.1 502 Bad Gateway\r\ncontent-length: 0\r\n\r\n")
+            return
+        kind = r.headers.get("content-type", "application/json").encode("latin-1")
+        head = b"HTTP/1.1 %d OK\r\ncontent-type: %s\r\n" % (r.status_code, kind)
+        if not stream:
+            write(head + b"content-length: %d\r\n\r\n%s" % (len(r.content), r.content))
+            return
+        head += b"transfer-encoding: chunked\r\n\r\n"
+        async for chunk in r.aiter_bytes():
+            write(head + b"%x\r\n%s\r\n" % (len(chunk), chunk))
+            head = b""
+        write(head + b"0\r\n\r\n")
+
+
+def pass_through(port: int, upstream_port: int) -> None:
+    """Run the bare pass-through on 127.0.0.1:`port` in front of the upstream on
+    `upstream_port` until killed: the floor each proxy's added latency is read against."""
+    from ..clients._fasthttp import FastClient
+
+    async def main() -> None:
+        client = FastClient(30, 10)
+        upstream = f"http://127.0.0.1:{upstream_port}"
+        loop = asyncio.get_running_loop()
+        server = await loop.create_server(lambda: _Pass(upstream, client), "127.0.0.1", port)
+        async with server:
+            await server.serve_forever()
+
+    _run(main())
 
 
 # ---------------------------------------------------------------- processes
@@ -354,10 +438,11 @@ def bench(engine: Any, quick: bool) -> list[tuple[str, str]]:
         return [("serve", "skipped: pip install 'toolrules[serve]'")]
     n1, n16, warm, limit = (300, 3000, 2000, 3.0) if quick else (1000, 8000, 5000, 6.0)
     rounds = 3 if quick else 5
-    up_port, our_port, lite_port, ccr_port = _port(), _port(), _port(), _port()
+    up_port, our_port, lite_port, ccr_port, bare_port = (_port(), _port(), _port(), _port(),
+                                                         _port())
     up_url = f"http://127.0.0.1:{up_port}"
     ours_url, lite_url = f"http://127.0.0.1:{our_port}", f"http://127.0.0.1:{lite_port}"
-    ccr_url = f"http://127.0.0.1:{ccr_port}"
+    ccr_url, bare_url = f"http://127.0.0.1:{ccr_port}", f"http://127.0.0.1:{bare_port}"
     targets: list[tuple[str, str, str]] = [("direct", "openai", f"{up_url}/v1/chat/completions")]
     pids: dict[str, int | None] = {}
     out: list[tuple[str, str]] = []
@@ -389,6 +474,9 @@ def bench(engine: Any, quick: bool) -> list[tuple[str, str]]:
                            "api_key": "x", "models": [_MODEL]}],
             "Router": {"default": f"upstream,{_MODEL}"}}))
         with _process(ours, f"{ours_url}/health", 60, cpus=proxy_cpu) as ours_ok, \
+                _process([py, "-c", f"from toolrules.bench._serve import pass_through; "
+                          f"pass_through({bare_port}, {up_port})"], f"{bare_url}/health", 20,
+                         cpus=proxy_cpu) as bare_ok, \
                 (_process([lite, "--config", str(cfg), "--port", str(lite_port),
                            "--num_workers", "1"], f"{lite_url}/health/liveliness", 180,
                           env={"LITELLM_LOG": "ERROR", "LITELLM_MASTER_KEY": _KEY},
@@ -398,7 +486,11 @@ def bench(engine: Any, quick: bool) -> list[tuple[str, str]]:
                           cpus=proxy_cpu)
                  if ccr else _null()) as ccr_ok:
             pids.update({"toolrules serve": ours_ok.pid, "LiteLLM proxy": lite_ok.pid,
-                         "claude-code-router": ccr_ok.pid})
+                         "claude-code-router": ccr_ok.pid, BARE: bare_ok.pid})
+            if bare_ok:
+                targets.append((BARE, "openai", f"{bare_url}/v1/chat/completions"))
+            else:
+                out.append((BARE, "did not start"))
             if ours_ok:
                 targets += [("toolrules serve", "openai", f"{ours_url}/v1/chat/completions"),
                             ("toolrules serve", "anthropic", f"{ours_url}/v1/messages")]
@@ -421,7 +513,8 @@ def bench(engine: Any, quick: bool) -> list[tuple[str, str]]:
             runs: dict[tuple[str, str, int, bool], list[_Run]] = {}
             for _name, api, url in targets:
                 for stream in (False, True):
-                    _run(_load(url, 16, stream, warm, limit, api))
+                    _run(_load(url, 16, stream, warm // 4 if _name == BARE else warm, limit,
+                               api))
             # each measurement is taken of every target in turn (seconds apart: a machine
             # that slows down for a while slows the figures compared alike)
             for k in range(rounds):
@@ -429,6 +522,8 @@ def bench(engine: Any, quick: bool) -> list[tuple[str, str]]:
                 for clients, count in ((1, n1), (16, n16)):
                     for stream in (False, True):
                         for name, api, url in order:
+                            if name == BARE and clients > 1:  # a floor for latency only
+                                continue
                             cpu0 = _group_cpu(pids.get(name))
                             r = _run(_load(url, clients, stream, count, limit, api))
                             cpu1 = _group_cpu(pids.get(name))
@@ -470,6 +565,8 @@ def bench(engine: Any, quick: bool) -> list[tuple[str, str]]:
 # clients) and at most half its added latency (1 client; streams: to the first byte too).
 GOAL_RPS = 2.0
 GOAL_LATENCY = 0.5
+# The floor beside them: bytes passed through on the same transport, nothing else done.
+BARE = "bare pass-through"
 
 
 def _ratios(results: dict[tuple[str, str, int, bool], _Run],
@@ -478,7 +575,7 @@ def _ratios(results: dict[tuple[str, str, int, bool], _Run],
     out = []
     for (name, api, clients, stream), peer in results.items():
         ours = results.get(("toolrules serve", api, clients, stream))
-        if name in ("direct", "toolrules serve") or ours is None:
+        if name in ("direct", "toolrules serve", BARE) or ours is None:
             continue
         mode = "stream" if stream else "non-stream"
         label = f"toolrules serve / {name} ({api}), {clients:>2} client(s), {mode}"
@@ -488,15 +585,25 @@ def _ratios(results: dict[tuple[str, str, int, bool], _Run],
                         f"{'met' if ratio >= GOAL_RPS else 'not met'})"))
             continue
         d = direct[(clients, stream)]
-        figs = [("added p50", ours.p50 - d.p50, peer.p50 - d.p50)]
+        bare = results.get((BARE, "openai", clients, stream))
+        figs = [("added p50", ours.p50 - d.p50, peer.p50 - d.p50,
+                 bare.p50 - d.p50 if bare else None)]
         if stream and None not in (ours.ttfb50, peer.ttfb50, d.ttfb50):
             figs.append(("added ttfb", ours.ttfb50 - d.ttfb50,  # type: ignore[operator]
-                         peer.ttfb50 - d.ttfb50))  # type: ignore[operator]
-        for what, mine, theirs in figs:
+                         peer.ttfb50 - d.ttfb50,  # type: ignore[operator]
+                         bare.ttfb50 - d.ttfb50  # type: ignore[operator]
+                         if bare and bare.ttfb50 is not None else None))
+        for what, mine, theirs, floor in figs:
             ratio = mine / theirs if theirs > 0 else float("inf")
             out.append((f"{label}, {what}", f"{_ms(mine)} / {_ms(theirs)} = {ratio:.2f}  "
                         f"(goal <= {GOAL_LATENCY:g}: "
                         f"{'met' if ratio <= GOAL_LATENCY else 'not met'})"))
+            if floor is not None:  # what the goal leaves once the machine's share is paid
+                goal = theirs * GOAL_LATENCY
+                out.append((f"{label}, {what}, beside the floor",
+                            f"goal {_ms(goal)} - {BARE} {_ms(floor)} = "
+                            f"{_ms(goal - floor)} for the proxy's own work; "
+                            f"toolrules serve's: {_ms(mine - floor)}"))
     return out
 
 

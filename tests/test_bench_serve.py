@@ -5,8 +5,10 @@ through unchanged over real HTTP, and the ratio lines compare what they say they
 from __future__ import annotations
 
 import json
+import socket
 import subprocess
 import sys
+import threading
 import time
 
 import httpx
@@ -79,6 +81,35 @@ def test_the_bare_pass_through_says_502_when_the_upstream_is_gone():
     finally:
         proc.kill()
         proc.wait(10)
+
+
+def test_a_stream_the_upstream_breaks_off_is_broken_off_not_left_hanging():
+    # an upstream that starts a stream, sends one event and closes the connection
+    sock = socket.create_server(("127.0.0.1", 0))
+    up_port = sock.getsockname()[1]
+
+    def upstream() -> None:
+        conn, _ = sock.accept()
+        with conn:
+            conn.recv(65536)
+            event = b"data: {}\n\n"
+            conn.sendall(b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n"
+                         b"transfer-encoding: chunked\r\n\r\n%x\r\n%s\r\n" % (len(event), event))
+
+    thread = threading.Thread(target=upstream, daemon=True)
+    thread.start()
+    port = _serve._port()
+    proc = _start(f"from toolrules.bench._serve import pass_through; "
+                  f"pass_through({port}, {up_port})", f"http://127.0.0.1:{port}/health")
+    try:
+        with pytest.raises(httpx.RemoteProtocolError):
+            httpx.post(f"http://127.0.0.1:{port}/v1/chat/completions",
+                       json={**_serve._BODY, "stream": True}, timeout=10)
+    finally:
+        proc.kill()
+        proc.wait(10)
+        thread.join(10)
+        sock.close()
 
 
 def _run(p50_ms: float, rps: float = 1000.0, ttfb_ms: float | None = None) -> _Run:

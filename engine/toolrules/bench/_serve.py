@@ -200,9 +200,13 @@ class _Pass(asyncio.Protocol):
             write(head + b"content-length: %d\r\n\r\n%s" % (len(r.content), r.content))
             return
         head += b"transfer-encoding: chunked\r\n\r\n"
-        async for chunk in r.aiter_bytes():
-            write(head + b"%x\r\n%s\r\n" % (len(chunk), chunk))
-            head = b""
+        try:
+            async for chunk in r.aiter_bytes():
+                write(head + b"%x\r\n%s\r\n" % (len(chunk), chunk))
+                head = b""
+        except Exception:  # the upstream broke off: so does the answer, unfinished
+            self.transport.close()
+            return
         write(head + b"0\r\n\r\n")
 
 

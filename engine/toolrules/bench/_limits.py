@@ -13,11 +13,12 @@ this parser's own worst cases (whole ~35-42x, 64-char ~28-51x, 1-char ~79-85x: a
 1-character delta pays a whole feed() for one character) with a margin for a noisy
 machine: they catch a parser that gets half again (1-char) to twice as slow or grows worse
 than linearly, not jitter. CPU time, best of three rounds (two with --quick), so a busy
-machine or a first, cold parse does not decide the figure. Then the worst shapes are timed again, five rounds each, from
-the worst down until no shape left can be worse (`_confirmed_worst`), and the reference
-is measured again beside them: on a shared VM one shape's first figure could land in a
-slow spell (the same shape read 50x - 80x the reference within a minute), and the worst
-of 3,600 first figures picks up that spell rather than the parser.
+machine or a first, cold parse does not decide the figure. Then the worst shapes are timed
+again, five rounds each, from the worst down until no shape left can be worse
+(`_confirmed_worst`), and the reference is measured again beside them: on a shared VM one
+shape's first figure could land in a slow spell (the same shape read 50x - 80x the
+reference within a minute), and the worst of 3,600 first figures picks up that spell
+rather than the parser.
 """
 
 from __future__ import annotations

@@ -75,6 +75,11 @@ def _answer(content: str = "Hello there!") -> bytes:
             + str(len(body)).encode() + b"\r\n\r\n" + body)
 
 
+def _chunk(data: bytes) -> bytes:
+    """`data` as one chunk of a chunked HTTP/1.1 body."""
+    return b"%x\r\n%s\r\n" % (len(data), data)
+
+
 def _stream_answer() -> bytes:
     def ev(delta: dict[str, Any], finish: str | None = None) -> bytes:
         data = json.dumps({"id": "chatcmpl-fake", "object": "chat.completion.chunk",
@@ -83,7 +88,7 @@ def _stream_answer() -> bytes:
         return f"data: {data}\n\n".encode()
     events = [ev({"role": "assistant", "content": ""}), ev({"content": "Hello "}),
               ev({"content": "there!"}), ev({}, "stop"), b"data: [DONE]\n\n"]
-    chunks = b"".join(b"%x\r\n%s\r\n" % (len(e), e) for e in events) + b"0\r\n\r\n"
+    chunks = b"".join(_chunk(e) for e in events) + b"0\r\n\r\n"
     return (b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n"
             b"transfer-encoding: chunked\r\n\r\n" + chunks)
 
@@ -202,7 +207,7 @@ class _Pass(asyncio.Protocol):
         head += b"transfer-encoding: chunked\r\n\r\n"
         try:
             async for chunk in r.aiter_bytes():
-                write(head + b"%x\r\n%s\r\n" % (len(chunk), chunk))
+                write(head + _chunk(chunk))
                 head = b""
         except Exception:  # the upstream broke off: so does the answer, unfinished
             self.transport.close()
@@ -515,9 +520,9 @@ def bench(engine: Any, quick: bool) -> list[tuple[str, str]]:
             # every target warmed first (claude-code-router's JIT, the proxies' caches),
             # then `rounds` interleaved rounds - each in another order - and the median
             runs: dict[tuple[str, str, int, bool], list[_Run]] = {}
-            for _name, api, url in targets:
+            for name, api, url in targets:
                 for stream in (False, True):
-                    _run(_load(url, 16, stream, warm // 4 if _name == BARE else warm, limit,
+                    _run(_load(url, 16, stream, warm // 4 if name == BARE else warm, limit,
                                api))
             # each measurement is taken of every target in turn (seconds apart: a machine
             # that slows down for a while slows the figures compared alike)
@@ -556,8 +561,9 @@ def bench(engine: Any, quick: bool) -> list[tuple[str, str]]:
         if name != "direct":
             d = direct[(clients, stream)]
             fig += f"  added p50 {_ms(r.p50 - d.p50)}"
-            if stream and r.ttfb50 is not None and d.ttfb50 is not None:
-                fig += f"  added ttfb {_ms(r.ttfb50 - d.ttfb50)}"
+            ttfb = _added(r, d, "ttfb50")
+            if ttfb is not None:
+                fig += f"  added ttfb {_ms(ttfb)}"
         if r.cpu is not None:
             fig += f"  cpu {_ms(r.cpu)}/req"
         fig += f"  errors {r.errors}/{r.count}"
@@ -590,14 +596,11 @@ def _ratios(results: dict[tuple[str, str, int, bool], _Run],
             continue
         d = direct[(clients, stream)]
         bare = results.get((BARE, "openai", clients, stream))
-        figs = [("added p50", ours.p50 - d.p50, peer.p50 - d.p50,
-                 bare.p50 - d.p50 if bare else None)]
-        if stream and None not in (ours.ttfb50, peer.ttfb50, d.ttfb50):
-            figs.append(("added ttfb", ours.ttfb50 - d.ttfb50,  # type: ignore[operator]
-                         peer.ttfb50 - d.ttfb50,  # type: ignore[operator]
-                         bare.ttfb50 - d.ttfb50  # type: ignore[operator]
-                         if bare and bare.ttfb50 is not None else None))
-        for what, mine, theirs, floor in figs:
+        for what, figure in (("added p50", "p50"), ("added ttfb", "ttfb50")):
+            mine, theirs = _added(ours, d, figure), _added(peer, d, figure)
+            if mine is None or theirs is None:  # a time to first byte: streams only
+                continue
+            floor = _added(bare, d, figure)
             ratio = mine / theirs if theirs > 0 else float("inf")
             out.append((f"{label}, {what}", f"{_ms(mine)} / {_ms(theirs)} = {ratio:.2f}  "
                         f"(goal <= {GOAL_LATENCY:g}: "
@@ -609,6 +612,13 @@ def _ratios(results: dict[tuple[str, str, int, bool], _Run],
                             f"{_ms(goal - floor)} for the proxy's own work; "
                             f"toolrules serve's: {_ms(mine - floor)}"))
     return out
+
+
+def _added(run: _Run | None, direct: _Run, figure: str) -> float | None:
+    """`run`'s `figure` (p50, ttfb50) less the direct call's; None when either lacks it."""
+    mine = getattr(run, figure, None)
+    base = getattr(direct, figure)
+    return None if mine is None or base is None else float(mine - base)
 
 
 def _median(runs: list[_Run]) -> _Run:
